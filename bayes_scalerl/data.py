@@ -1,0 +1,271 @@
+"""The runs container: ragged training curves, validated once, padded on demand.
+
+A :class:`Runs` holds a tidy table with one row per evaluation (``run``, ``compute``,
+``reward`` and the optional ``recipe``, ``seed``, ``task``, ``n_eval``), sorted by run
+and compute. :meth:`Runs.window` turns it into padded arrays with a leading run axis
+and a mask, the form every compiled function takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Runs", "FitWindow", "DataError", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
+
+REQUIRED_COLUMNS = ("run", "compute", "reward")
+OPTIONAL_COLUMNS = ("recipe", "seed", "task", "n_eval")
+#: Fewest points a run needs in the likelihood (A, B, C_mid and sigma are free).
+MIN_POINTS = 4
+
+
+class DataError(ValueError):
+    """Invalid input data; the message names the source, run, column and value."""
+
+
+def _where(source: str, run: object | None = None, column: str | None = None) -> str:
+    parts = [source]
+    if run is not None:
+        parts.append(f"run {run!r}")
+    if column is not None:
+        parts.append(f"column {column!r}")
+    return ", ".join(parts)
+
+
+class FitWindow(NamedTuple):
+    """Padded arrays of the points each run fits, with a leading run axis.
+
+    Attributes
+    ----------
+    compute : ndarray, shape (run, point)
+        Compute of each point (padding repeats the last real point).
+    reward : ndarray, shape (run, point)
+        Observed reward.
+    mask : ndarray of bool, shape (run, point)
+        True where the point is in the likelihood.
+    R0 : ndarray, shape (run,)
+        The run's first evaluation (used when ``R0`` is not fitted).
+    c_ref : ndarray, shape (run,)
+        The largest compute in each run's likelihood (the default prior median of ``C_mid``).
+    """
+
+    compute: np.ndarray
+    reward: np.ndarray
+    mask: np.ndarray
+    R0: np.ndarray
+    c_ref: np.ndarray
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Validated ragged training curves.
+
+    Build it with :meth:`from_frame` (or :func:`bayes_scalerl.read_runs` for files);
+    the constructor does not validate.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per evaluation, sorted by ``run`` then ``compute``; ``run`` is a string.
+    source : str
+        Where the table came from, for error messages.
+    """
+
+    table: pd.DataFrame
+    source: str = "<DataFrame>"
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, *, source: str = "<DataFrame>") -> Runs:
+        """Validate a tidy table and build :class:`Runs`.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+            One row per evaluation with columns ``run``, ``compute``, ``reward`` and
+            optionally ``recipe``, ``seed``, ``task``, ``n_eval``. Other columns are kept.
+            Rows may be in any order.
+        source : str
+            Name used in error messages (a file path, say).
+
+        Raises
+        ------
+        DataError
+            On an empty table, a missing column, a non-numeric, NaN or infinite value,
+            reward outside ``[0, 1]``, negative compute, or a duplicate ``(run, compute)``.
+        """
+        if not isinstance(frame, pd.DataFrame):
+            raise DataError(f"{source}: expected a pandas DataFrame, got {type(frame).__name__}.")
+        if len(frame) == 0:
+            raise DataError(f"{source}: the table is empty (no evaluations).")
+        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+        if missing:
+            raise DataError(
+                f"{source}: missing required column(s) {', '.join(map(repr, missing))}; "
+                f"found {', '.join(map(repr, map(str, frame.columns)))}."
+            )
+        df = frame.copy()
+        if df["run"].isna().any():
+            row = int(np.flatnonzero(df["run"].isna().to_numpy())[0])
+            raise DataError(f"{_where(source, None, 'run')}: missing run name in row {row}.")
+        df["run"] = df["run"].astype(str)
+        numeric = ["compute", "reward"] + [c for c in ("n_eval",) if c in df.columns]
+        for col in numeric:
+            values = pd.to_numeric(df[col], errors="coerce")
+            bad = values.isna() & ~df[col].isna()
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise DataError(
+                    f"{_where(source, df['run'].iloc[i], col)}: non-numeric value "
+                    f"{df[col].iloc[i]!r} (row {i})."
+                )
+            arr = values.to_numpy(dtype=float)
+            nonfinite = ~np.isfinite(arr)
+            if nonfinite.any():
+                i = int(np.flatnonzero(nonfinite)[0])
+                raise DataError(
+                    f"{_where(source, df['run'].iloc[i], col)}: value {df[col].iloc[i]!r} "
+                    f"(row {i}) is not a finite number."
+                )
+            df[col] = arr
+        reward = df["reward"].to_numpy()
+        out = (reward < 0) | (reward > 1)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise DataError(
+                f"{_where(source, df['run'].iloc[i], 'reward')}: value {reward[i]!r} (row {i}) "
+                "is outside [0, 1]."
+            )
+        compute = df["compute"].to_numpy()
+        neg = compute < 0
+        if neg.any():
+            i = int(np.flatnonzero(neg)[0])
+            raise DataError(
+                f"{_where(source, df['run'].iloc[i], 'compute')}: value {compute[i]!r} (row {i}) "
+                "is negative (compute 0 is the evaluation before training)."
+            )
+        if "n_eval" in df.columns:
+            n_eval = df["n_eval"].to_numpy()
+            bad = (n_eval < 1) | (n_eval != np.round(n_eval))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise DataError(
+                    f"{_where(source, df['run'].iloc[i], 'n_eval')}: value {n_eval[i]!r} "
+                    f"(row {i}) is not a positive whole number."
+                )
+        dup = df.duplicated(["run", "compute"], keep="first")
+        if dup.any():
+            i = int(np.flatnonzero(dup.to_numpy())[0])
+            raise DataError(
+                f"{_where(source, df['run'].iloc[i], 'compute')}: duplicate value "
+                f"{compute[i]!r} (row {i}); each (run, compute) may appear once."
+            )
+        df = df.sort_values(["run", "compute"], kind="stable").reset_index(drop=True)
+        # keep runs in order of first appearance, as users listed them
+        order = pd.unique(frame["run"].astype(str))
+        df["run"] = pd.Categorical(df["run"], categories=order, ordered=True)
+        df = df.sort_values(["run", "compute"], kind="stable").reset_index(drop=True)
+        df["run"] = df["run"].astype(str)
+        return cls(df, source)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def names(self) -> list[str]:
+        """Run names, in the order they first appear in the input."""
+        return list(pd.unique(self.table["run"]))
+
+    @property
+    def n_runs(self) -> int:
+        """Number of runs."""
+        return len(self.names)
+
+    def run_attribute(self, column: str) -> list | None:
+        """The first value of an optional column (``recipe``, ``seed``, ``task``) per run."""
+        if column not in self.table.columns:
+            return None
+        first = self.table.groupby("run", sort=False)[column].first()
+        return [first[name] for name in self.names]
+
+    def subset(self, names: list[str]) -> Runs:
+        """The runs named, in that order."""
+        df = self.table[self.table["run"].isin(names)]
+        cat = pd.Categorical(df["run"], categories=list(names), ordered=True)
+        df = df.assign(run=cat).sort_values(["run", "compute"], kind="stable")
+        return Runs(df.assign(run=df["run"].astype(str)).reset_index(drop=True), self.source)
+
+    def window(
+        self,
+        *,
+        min_compute: float | None = None,
+        fit_until: float | None = None,
+        R0_fitted: bool = False,
+        min_points: int = MIN_POINTS,
+        pad_points: int | None = None,
+    ) -> FitWindow:
+        """Padded arrays of the points in each run's likelihood.
+
+        Parameters
+        ----------
+        min_compute : float, optional
+            Points with ``compute < min_compute`` leave the likelihood (the paper uses
+            1.5k GPU-hours); the first evaluation still sets ``R0``.
+        fit_until : float, optional
+            Only points with ``compute <= fit_until`` are fitted.
+        R0_fitted : bool
+            If False the first evaluation sets ``R0`` and leaves the likelihood.
+        min_points : int
+            Fewest points a run must keep.
+        pad_points : int, optional
+            Pad the point axis to this length (at least the longest run).
+
+        Raises
+        ------
+        DataError
+            If a run keeps fewer than ``min_points`` points.
+        """
+        groups = self.table.groupby("run", sort=False)
+        per_run = []
+        for name in self.names:
+            g = groups.get_group(name)
+            c = g["compute"].to_numpy(float)
+            r = g["reward"].to_numpy(float)
+            keep = np.ones(len(c), bool)
+            if not R0_fitted:
+                keep[0] = False
+            if min_compute is not None:
+                keep &= c >= min_compute
+            if fit_until is not None:
+                keep &= c <= fit_until
+            if R0_fitted and min_compute is None:
+                pass
+            n = int(keep.sum())
+            if n < min_points:
+                why = []
+                if not R0_fitted:
+                    why.append("the first evaluation sets R0")
+                if min_compute is not None:
+                    why.append(f"min_compute={min_compute:g}")
+                if fit_until is not None:
+                    why.append(f"fit_until={fit_until:g}")
+                detail = f" ({'; '.join(why)})" if why else ""
+                raise DataError(
+                    f"{_where(self.source, name, 'compute')}: run has {n} point(s) to fit "
+                    f"after the cutoffs{detail}, out of {len(c)}; at least {min_points} are needed."
+                )
+            per_run.append((c[keep], r[keep], r[0], c[keep].max()))
+        longest = max(len(p[0]) for p in per_run)
+        width = longest if pad_points is None else max(pad_points, longest)
+        n_runs = len(per_run)
+        compute = np.zeros((n_runs, width))
+        reward = np.zeros((n_runs, width))
+        mask = np.zeros((n_runs, width), bool)
+        for i, (c, r, _, _) in enumerate(per_run):
+            k = len(c)
+            compute[i, :k], reward[i, :k], mask[i, :k] = c, r, True
+            compute[i, k:], reward[i, k:] = c[-1], r[-1]
+        R0 = np.array([p[2] for p in per_run])
+        c_ref = np.array([p[3] for p in per_run])
+        return FitWindow(compute, reward, mask, R0, c_ref)

@@ -1,0 +1,77 @@
+"""Default priors on the ScaleRL parameters, in user units.
+
+Every prior is a plain dataclass field, so it is printed, saved with the fit and
+changed with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+__all__ = ["Priors"]
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Priors of the ScaleRL sigmoid ``R(C) = R0 + (A - R0) sigmoid(B (log C - log C_mid))``.
+
+    Parameters
+    ----------
+    A_loc, A_scale : float or None
+        Prior on the asymptote. ``None`` (default) gives ``A ~ Uniform(R0, 1)``;
+        numbers give a Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)``.
+    B_median : float
+        Median of the log-normal prior on the exponent ``B`` (default 2, the middle of
+        the paper's reported values 1.1-5.2).
+    B_log_sd : float
+        Standard deviation of ``log B`` (default 0.7: a 90% prior interval of about
+        0.6 to 6.3).
+    C_mid_median : float or None
+        Median of the log-normal prior on ``C_mid`` in compute units. ``None``
+        (default) uses each run's largest fitted compute, so the prior puts as much
+        mass beyond the data as before it.
+    C_mid_log_sd : float
+        Standard deviation of ``log C_mid`` (default 1.5: a 90% prior interval from
+        about 1/12 to 12 times the median).
+    sigma_scale : float
+        Scale of the half-normal prior on the noise standard deviation of one
+        evaluation (default 0.1 reward units).
+    R0_fitted : bool
+        If ``False`` (default, the paper's convention) ``R0`` is the run's first
+        evaluation, which then leaves the likelihood. If ``True`` ``R0`` is a
+        parameter with a ``Uniform(0, 1)`` prior and every point is in the likelihood.
+    """
+
+    A_loc: float | None = None
+    A_scale: float | None = None
+    B_median: float = 2.0
+    B_log_sd: float = 0.7
+    C_mid_median: float | None = None
+    C_mid_log_sd: float = 1.5
+    sigma_scale: float = 0.1
+    R0_fitted: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.A_loc is None) != (self.A_scale is None):
+            raise ValueError("Priors: give both A_loc and A_scale, or neither (uniform A).")
+        checks = {
+            "A_scale": self.A_scale,
+            "B_median": self.B_median,
+            "B_log_sd": self.B_log_sd,
+            "C_mid_median": self.C_mid_median,
+            "C_mid_log_sd": self.C_mid_log_sd,
+            "sigma_scale": self.sigma_scale,
+        }
+        for name, value in checks.items():
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"Priors: {name} must be a positive finite number, got {value!r}.")
+
+    @property
+    def A_uniform(self) -> bool:
+        """Whether the prior on ``A`` is uniform on ``(R0, 1)``."""
+        return self.A_scale is None
+
+    def to_dict(self) -> dict:
+        """The priors as a plain dict (``None`` kept), for attributes and reports."""
+        return asdict(self)

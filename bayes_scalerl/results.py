@@ -1,0 +1,223 @@
+"""The fit result: an ArviZ DataTree plus summaries, predictions and save/load."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .curve import scalerl_curve
+from .diagnostics import run_diagnostics
+
+__all__ = ["FitResult", "QUANTILES"]
+
+#: Quantiles reported by summaries and predictions.
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def _qname(q: float) -> str:
+    return f"q{int(round(q * 100)):02d}"
+
+
+@dataclass
+class FitResult:
+    """Posterior of every run, as an ArviZ-compatible :class:`xarray.DataTree`.
+
+    Attributes
+    ----------
+    dt : xarray.DataTree
+        Groups ``posterior`` (``A``, ``B``, ``C_mid``, ``sigma`` and ``R0`` when fitted;
+        dims ``chain, draw, run``), ``sample_stats``, ``observed_data`` (``reward``, dims
+        ``run, point``, NaN-padded), ``constant_data`` (``compute``, ``in_fit``, ``R0_obs``)
+        and, if asked for, ``log_likelihood`` (NaN where a point is not fitted). Its
+        attributes record the settings and priors.
+    """
+
+    dt: xr.DataTree
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def run_names(self) -> list[str]:
+        """Run names (the ``run`` coordinate)."""
+        return [str(r) for r in self.dt["posterior"]["run"].values]
+
+    @property
+    def settings(self) -> dict:
+        """The settings of the fit (cutoffs, sampler, priors)."""
+        return json.loads(self.dt.attrs["bayes_scalerl_settings"])
+
+    @property
+    def var_names(self) -> list[str]:
+        """Posterior variables, in the order summaries list them."""
+        names = ["A", "B", "C_mid", "sigma"]
+        if "R0" in self.dt["posterior"].data_vars:
+            names.append("R0")
+        return names
+
+    def draws(self, name: str) -> np.ndarray:
+        """Draws of a posterior variable as an array of shape ``(run, chain * draw)``."""
+        x = self.dt["posterior"][name].values  # chain, draw, run
+        return np.moveaxis(x, -1, 0).reshape(x.shape[-1], -1)
+
+    def _R0_draws(self) -> np.ndarray:
+        if "R0" in self.dt["posterior"].data_vars:
+            return self.draws("R0")
+        r0 = self.dt["constant_data"]["R0_obs"].values
+        return np.broadcast_to(r0[:, None], self.draws("A").shape)
+
+    # ------------------------------------------------------------------ tables
+    def summary(self, *, var_names: Sequence[str] | None = None) -> pd.DataFrame:
+        """Posterior summary, one row per run and parameter.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``.
+        """
+        import arviz_stats as azs
+
+        names = list(var_names) if var_names is not None else self.var_names
+        post = self.dt["posterior"].to_dataset()
+        rhat = azs.rhat(post, var_names=names)
+        ess = azs.ess(post, var_names=names, method="bulk")
+        rows = []
+        for name in names:
+            d = self.draws(name)
+            q = np.quantile(d, [0.05, 0.5, 0.95], axis=1)
+            for i, run in enumerate(self.run_names):
+                rows.append(
+                    (run, name, d[i].mean(), d[i].std(ddof=1), q[0, i], q[1, i], q[2, i],
+                     float(rhat[name].values[i]), float(ess[name].values[i]))
+                )
+        cols = ["run", "param", "mean", "sd", "q05", "q50", "q95", "r_hat", "ess_bulk"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def diagnostics(self) -> pd.DataFrame:
+        """Per-run diagnostics (see :func:`bayes_scalerl.diagnostics.run_diagnostics`)."""
+        return run_diagnostics(self.dt, self.var_names)
+
+    # ------------------------------------------------------------------ prediction
+    def predict_draws(
+        self, compute, *, kind: str = "observation", seed: int = 0, runs: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """Posterior (predictive) draws at ``compute``.
+
+        Parameters
+        ----------
+        compute : array_like, shape (q,) or (run, q)
+            Compute values, shared by all runs or one row per run.
+        kind : {"observation", "curve"}
+            ``"curve"``: the noise-free expected reward. ``"observation"``: a new
+            evaluation, curve plus Gaussian noise, clipped to ``[0, 1]``.
+        seed : int
+            Seed of the observation noise.
+        runs : sequence of str, optional
+            Restrict to these runs.
+
+        Returns
+        -------
+        ndarray, shape (run, sample, q)
+        """
+        if kind not in ("observation", "curve"):
+            raise ValueError(f"kind must be 'observation' or 'curve', got {kind!r}")
+        idx = np.arange(len(self.run_names))
+        if runs is not None:
+            lookup = {r: i for i, r in enumerate(self.run_names)}
+            missing = [r for r in runs if r not in lookup]
+            if missing:
+                raise KeyError(f"unknown run(s): {', '.join(map(repr, missing))}")
+            idx = np.array([lookup[r] for r in runs], dtype=int)
+        c = np.asarray(compute, float)
+        c = np.broadcast_to(c, (len(idx), c.shape[-1])) if c.ndim == 1 else c
+        A, B, C = (self.draws(n)[idx] for n in ("A", "B", "C_mid"))
+        R0 = self._R0_draws()[idx]
+        mu = scalerl_curve(c[:, None, :], A[..., None], B[..., None], C[..., None], R0[..., None])
+        if kind == "curve":
+            return mu
+        sigma = self.draws("sigma")[idx][..., None]
+        rng = np.random.default_rng(seed)
+        return np.clip(mu + sigma * rng.standard_normal(mu.shape), 0.0, 1.0)
+
+    def predict(
+        self,
+        compute,
+        *,
+        kind: str = "observation",
+        quantiles: Sequence[float] = QUANTILES,
+        seed: int = 0,
+        runs: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Posterior predictive bands at ``compute``, one row per run and compute.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``run, compute, mean`` and one ``qXX`` column per quantile.
+        """
+        names = list(runs) if runs is not None else self.run_names
+        d = self.predict_draws(compute, kind=kind, seed=seed, runs=names)
+        c = np.asarray(compute, float)
+        c = np.broadcast_to(c, (len(names), c.shape[-1])) if c.ndim == 1 else c
+        qs = np.quantile(d, list(quantiles), axis=1)  # q, run, point
+        out = {"run": np.repeat(names, c.shape[1]), "compute": c.ravel(), "mean": d.mean(1).ravel()}
+        for k, q in enumerate(quantiles):
+            out[_qname(q)] = qs[k].ravel()
+        return pd.DataFrame(out)
+
+    def observed_predictions(self, extra_compute: Sequence[float] = (), *, seed: int = 0) -> pd.DataFrame:
+        """Predictive bands at every observed compute of each run and at ``extra_compute``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``run, compute, observed, in_fit, q05, q25, q50, q75, q95``;
+            ``observed`` is NaN (and ``in_fit`` False) at the extra computes.
+        """
+        cd = self.dt["constant_data"].to_dataset()
+        od = self.dt["observed_data"].to_dataset()
+        frames = []
+        extra = np.asarray(list(extra_compute), float)
+        for i, run in enumerate(self.run_names):
+            c = cd["compute"].values[i]
+            keep = ~np.isnan(c)
+            c, y, f = c[keep], od["reward"].values[i][keep], cd["in_fit"].values[i][keep]
+            new = extra[~np.isin(extra, c)]
+            comp = np.concatenate([c, new])
+            obs = np.concatenate([y, np.full(len(new), np.nan)])
+            fit = np.concatenate([f, np.zeros(len(new), bool)])
+            p = self.predict(comp, seed=seed + i, runs=[run])
+            p.insert(2, "observed", obs)
+            p.insert(3, "in_fit", fit)
+            frames.append(p.drop(columns="mean"))
+        return pd.concat(frames, ignore_index=True).sort_values(["run", "compute"], kind="stable")
+
+    # ------------------------------------------------------------------ I/O
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the DataTree to netCDF atomically (a temporary file, then a rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            self.dt.to_netcdf(tmp, engine="h5netcdf")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> FitResult:
+        """Read a result written by :meth:`save`."""
+        dt = xr.open_datatree(path, engine="h5netcdf").load()
+        for node in dt.subtree:
+            if "run" in node.coords:
+                node.coords["run"] = node.coords["run"].astype(str)
+        return cls(dt)

@@ -1,0 +1,90 @@
+"""Simulated training curves with known parameters (for tests, benchmarks and the demo)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .curve import scalerl_curve
+
+__all__ = ["simulate_runs", "random_truth"]
+
+
+def random_truth(
+    rng: np.random.Generator,
+    n_runs: int,
+    *,
+    A: tuple[float, float] = (0.45, 0.75),
+    B: tuple[float, float] = (1.0, 3.0),
+    C_mid: tuple[float, float] = (2_000.0, 20_000.0),
+    R0: tuple[float, float] = (0.15, 0.35),
+    sigma: tuple[float, float] = (0.01, 0.02),
+) -> pd.DataFrame:
+    """Draw true parameters uniformly (``C_mid`` log-uniformly) in the given ranges.
+
+    Returns a table with columns ``run, A, B, C_mid, R0, sigma``.
+    """
+    return pd.DataFrame(
+        {
+            "run": [f"run{i:05d}" for i in range(n_runs)],
+            "A": rng.uniform(*A, n_runs),
+            "B": rng.uniform(*B, n_runs),
+            "C_mid": np.exp(rng.uniform(np.log(C_mid[0]), np.log(C_mid[1]), n_runs)),
+            "R0": rng.uniform(*R0, n_runs),
+            "sigma": rng.uniform(*sigma, n_runs),
+        }
+    )
+
+
+def simulate_runs(
+    truth: pd.DataFrame,
+    compute: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    ar1: float = 0.0,
+    extra_columns: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """Simulate evaluations of each run in ``truth`` on a shared compute grid.
+
+    Parameters
+    ----------
+    truth : pandas.DataFrame
+        Columns ``run, A, B, C_mid, R0, sigma`` (and any in ``extra_columns``).
+    compute : ndarray
+        Compute grid; a leading 0 gives the evaluation before training, whose
+        expected reward is ``R0``.
+    rng : numpy.random.Generator
+    ar1 : float
+        Lag-one autocorrelation of consecutive evaluation errors (0: independent).
+    extra_columns : tuple of str
+        Columns of ``truth`` copied to every row (``recipe``, ``seed``...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run, compute, reward`` (clipped to [0, 1]) plus ``extra_columns``.
+    """
+    compute = np.asarray(compute, float)
+    n, p = len(truth), len(compute)
+    mu = scalerl_curve(
+        compute[None, :],
+        truth["A"].to_numpy()[:, None],
+        truth["B"].to_numpy()[:, None],
+        truth["C_mid"].to_numpy()[:, None],
+        truth["R0"].to_numpy()[:, None],
+    )
+    e = rng.standard_normal((n, p))
+    if ar1:
+        for j in range(1, p):
+            e[:, j] = ar1 * e[:, j - 1] + np.sqrt(1 - ar1**2) * e[:, j]
+    y = np.clip(mu + truth["sigma"].to_numpy()[:, None] * e, 0.0, 1.0)
+    out = pd.DataFrame(
+        {
+            "run": np.repeat(truth["run"].to_numpy(), p),
+            "compute": np.tile(compute, n),
+            "reward": y.ravel(),
+        }
+    )
+    for col in extra_columns:
+        out[col] = np.repeat(truth[col].to_numpy(), p)
+    return out
