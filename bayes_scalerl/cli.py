@@ -24,9 +24,9 @@ def _computes(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
     if any(not (v > 0) for v in values):
-        raise argparse.ArgumentTypeError(f"compute values must be positive, got {text!r}")
+        raise argparse.ArgumentTypeError(f"compute values must be positive, got {text!r}") from None
     return values
 
 
@@ -34,9 +34,9 @@ def _positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     return v
 
 
@@ -44,21 +44,31 @@ def _nonneg_float(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not v >= 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
     return v
 
 
 def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> None:
-    p.add_argument("--out", required=out_default is None, default=out_default,
-                   help="output folder (created; files in it are replaced only on success)")
-    p.add_argument("--fit-until", type=_nonneg_float, default=None,
-                   help="fit only points with compute <= this")
-    p.add_argument("--min-compute", type=_nonneg_float, default=None,
-                   help="leave points below this compute out of the likelihood")
-    p.add_argument("--predict", type=_computes, default=[],
-                   help="extra computes to predict at, comma-separated")
+    p.add_argument(
+        "--out",
+        required=out_default is None,
+        default=out_default,
+        help="output folder (created; files in it are replaced only on success)",
+    )
+    p.add_argument(
+        "--fit-until", type=_nonneg_float, default=None, help="fit only points with compute <= this"
+    )
+    p.add_argument(
+        "--min-compute",
+        type=_nonneg_float,
+        default=None,
+        help="leave points below this compute out of the likelihood",
+    )
+    p.add_argument(
+        "--predict", type=_computes, default=[], help="extra computes to predict at, comma-separated"
+    )
     p.add_argument("--chains", type=_positive_int, default=4)
     p.add_argument("--warmup", type=_positive_int, default=500)
     p.add_argument("--samples", type=_positive_int, default=500)
@@ -108,8 +118,15 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     # validate the window before sampling, so bad input writes nothing
     runs.window(min_compute=kw["min_compute"], fit_until=kw["fit_until"])
     t0 = time.perf_counter()
-    result = fit(runs, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                 seed=args.seed, progress=True, **kw)
+    result = fit(
+        runs,
+        chains=args.chains,
+        warmup=args.warmup,
+        samples=args.samples,
+        seed=args.seed,
+        progress=True,
+        **kw,
+    )
     summary, diag = _write_outputs(result, Path(args.out), args.predict)
     took = time.perf_counter() - t0
     bad = diag.loc[~diag["converged"], "run"].tolist()
@@ -140,11 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             from .data import Runs
             from .demo import DEMO_FIT_UNTIL, DEMO_MIN_COMPUTE, demo_runs
 
-            print("demo: simulated leave-one-out study from the ScaleRL paper's reported "
-                  "parameters (9 recipes x 2 seeds); fit to 8k GPU-hours, extrapolate to 16k")
+            print(
+                "demo: simulated leave-one-out study from the ScaleRL paper's reported "
+                "parameters (9 recipes x 2 seeds); fit to 8k GPU-hours, extrapolate to 16k"
+            )
             runs = Runs.from_frame(demo_runs(), source="<demo>")
-            return _run_fit(runs, args, defaults={"fit_until": DEMO_FIT_UNTIL,
-                                                  "min_compute": DEMO_MIN_COMPUTE})
+            return _run_fit(
+                runs, args, defaults={"fit_until": DEMO_FIT_UNTIL, "min_compute": DEMO_MIN_COMPUTE}
+            )
     except DataError as exc:
         print(f"bayes-scalerl: error: {exc}", file=sys.stderr)
         return 2

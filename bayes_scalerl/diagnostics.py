@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import arviz_stats as azs
 import numpy as np
 import pandas as pd
 import xarray as xr
-import arviz_stats as azs
 
 __all__ = ["run_diagnostics", "RHAT_MAX", "ESS_MIN"]
 

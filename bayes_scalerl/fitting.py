@@ -96,10 +96,10 @@ def fit(
     if chains < 2:
         raise ValueError("chains must be at least 2 so that R-hat can be computed")
     window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
-    config = SamplerConfig(int(chains), int(warmup), int(samples), float(target_accept),
-                           int(max_tree_depth))
-    draws = sample_window(jax.random.key(seed), window, priors, config,
-                          chunk_size=chunk_size, progress=progress)
+    config = SamplerConfig(int(chains), int(warmup), int(samples), float(target_accept), int(max_tree_depth))
+    draws = sample_window(
+        jax.random.key(seed), window, priors, config, chunk_size=chunk_size, progress=progress
+    )
 
     def in_fit(c):
         keep = np.ones(len(c), bool)

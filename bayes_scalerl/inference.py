@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -102,13 +103,10 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig) -> Callable:
             out = (s.z, s.diverging, s.num_steps, s.accept_prob, s.energy, -s.potential_energy)
             return s, out
 
-        state, (z, div, steps, acc, energy, lp) = jax.lax.scan(
-            draw, state, None, length=config.num_samples
-        )
+        state, (z, div, steps, acc, energy, lp) = jax.lax.scan(draw, state, None, length=config.num_samples)
         A = draw_A(k_a, z, data, priors)
         p = constrain(z, data, priors)
-        return (z, A, p.B, p.C_mid, p.sigma, p.R0, div, steps, acc, energy, lp,
-                state.adapt_state.step_size)
+        return (z, A, p.B, p.C_mid, p.sigma, p.R0, div, steps, acc, energy, lp, state.adapt_state.step_size)
 
     def batched(key: jax.Array, z0: jax.Array, data: RunData):
         _TRACES["sampler"] += 1
@@ -184,13 +182,13 @@ def sample_window(
     for i, (lo, hi) in enumerate(chunks):
         size = _bucket(hi - lo, chunk_size)
         idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
-        data = make_run_data(compute[idx], reward[idx], mask[idx], window.R0[idx],
-                             window.c_ref[idx], priors)
+        data = make_run_data(compute[idx], reward[idx], mask[idx], window.R0[idx], window.c_ref[idx], priors)
         k_chunk = jax.random.fold_in(key, i)
         k_init, k_run = jax.random.split(k_chunk)
         z0 = jax.random.uniform(k_init, (size, config.num_chains, d), minval=-2.0, maxval=2.0)
         res = _compiled_sampler(priors, config)(k_run, z0, data)
-        res = jax.tree_util.tree_map(lambda x: np.asarray(x)[: hi - lo], res)
+        n_real = hi - lo
+        res = jax.tree_util.tree_map(lambda x, n_real=n_real: np.asarray(x)[:n_real], res)
         outs.append(res)
         if bar is not None:
             bar.update(hi - lo)

@@ -186,7 +186,8 @@ def gain_conditional(
 ) -> GainConditional:
     """The gain's conditional posterior and the marginal likelihood it leaves.
 
-    For one run (no run axis), given ``log B`` and ``log C_mid``: with ``s_i`` the gain fraction at each point,
+    For one run (no run axis), given ``log B`` and ``log C_mid``: with ``s_i`` the gain
+    fraction at each point,
     ``y_i - R0 = g s_i + eps_i``, so ``p(g | rest)`` is a normal truncated to
     ``(0, 1 - R0)`` and ``log_norm = log p(y | B, C_mid, sigma, R0)``.
     """
@@ -261,9 +262,9 @@ def _truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
 def draw_A(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Exact draw of ``A`` given one run's ``z`` (any leading sample shape)."""
     p = constrain(z, data, priors)
-    cond = jax.vmap(
-        lambda lb, lc, s, r0: gain_conditional(lb, lc, s, r0, data, priors), in_axes=0
-    )(p.log_B.reshape(-1), p.log_C_mid.reshape(-1), p.sigma.reshape(-1), p.R0.reshape(-1))
+    cond = jax.vmap(lambda lb, lc, s, r0: gain_conditional(lb, lc, s, r0, data, priors), in_axes=0)(
+        p.log_B.reshape(-1), p.log_C_mid.reshape(-1), p.sigma.reshape(-1), p.R0.reshape(-1)
+    )
     g = _truncnorm_draw(key, cond.mean, cond.sd, cond.upper)
     return (p.R0.reshape(-1) + g).reshape(p.log_B.shape)
 
@@ -299,9 +300,7 @@ def scalerl_numpyro_model(
     if priors.A_uniform:
         A = numpyro.sample("A", dist.Uniform(R0, 1.0))
     else:
-        A = numpyro.sample(
-            "A", dist.TruncatedNormal(priors.A_loc, priors.A_scale, low=R0, high=1.0)
-        )
+        A = numpyro.sample("A", dist.TruncatedNormal(priors.A_loc, priors.A_scale, low=R0, high=1.0))
     positive = compute > 0
     s = jnp.where(
         positive, jax.nn.sigmoid(B * (jnp.log(jnp.where(positive, compute, 1.0)) - jnp.log(C_mid))), 0.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 
@@ -42,10 +42,9 @@ def plot_curves(
     n = len(names)
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.8 * nrows), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.8 * nrows), squeeze=False, sharey=True)
     lo_q, hi_q = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
-    for ax, name in zip(axes.ravel(), names):
+    for ax, name in zip(axes.ravel(), names, strict=False):
         i = lookup[name]
         c = cd["compute"].values[i]
         ok = ~np.isnan(c)
@@ -58,8 +57,9 @@ def plot_curves(
         cur = result.predict_draws(grid, kind="curve", runs=[name])[0]
         band = np.quantile(obs, [lo_q, hi_q], axis=0)
         med = np.median(cur, axis=0)
-        ax.fill_between(grid, band[0], band[1], color="C0", alpha=0.2, lw=0,
-                        label=f"{int(ci_prob * 100)}% predictive")
+        ax.fill_between(
+            grid, band[0], band[1], color="C0", alpha=0.2, lw=0, label=f"{int(ci_prob * 100)}% predictive"
+        )
         inside = grid <= c_fit_max
         ax.plot(grid[inside], med[inside], "C0-", lw=1.6, label="median (fit window)")
         ax.plot(grid[~inside], med[~inside], "C0:", lw=1.6, label="median (extrapolated)")

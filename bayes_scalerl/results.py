@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,8 +93,17 @@ class FitResult:
             q = np.quantile(d, [0.05, 0.5, 0.95], axis=1)
             for i, run in enumerate(self.run_names):
                 rows.append(
-                    (run, name, d[i].mean(), d[i].std(ddof=1), q[0, i], q[1, i], q[2, i],
-                     float(rhat[name].values[i]), float(ess[name].values[i]))
+                    (
+                        run,
+                        name,
+                        d[i].mean(),
+                        d[i].std(ddof=1),
+                        q[0, i],
+                        q[1, i],
+                        q[2, i],
+                        float(rhat[name].values[i]),
+                        float(ess[name].values[i]),
+                    )
                 )
         cols = ["run", "param", "mean", "sd", "q05", "q50", "q95", "r_hat", "ess_bulk"]
         return pd.DataFrame(rows, columns=cols)

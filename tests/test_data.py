@@ -30,15 +30,27 @@ def test_unsorted_rows_are_fine_and_order_of_runs_kept():
     "mutate, words",
     [
         (lambda d: d.drop(columns="reward"), ["missing", "'reward'"]),
-        (lambda d: d.assign(reward=d["reward"].astype(object).where(d.index != 3, "abc")),
-         ["run 'a'", "'reward'", "'abc'", "non-numeric"]),
+        (
+            lambda d: d.assign(reward=d["reward"].astype(object).where(d.index != 3, "abc")),
+            ["run 'a'", "'reward'", "'abc'", "non-numeric"],
+        ),
         (lambda d: d.assign(reward=d["reward"].where(d.index != 8, np.nan)), ["run 'b'", "'reward'", "nan"]),
-        (lambda d: d.assign(compute=d["compute"].where(d.index != 2, np.inf)), ["run 'a'", "'compute'", "inf"]),
-        (lambda d: d.assign(reward=d["reward"].where(d.index != 7, 1.3)), ["run 'b'", "'reward'", "1.3", "[0, 1]"]),
-        (lambda d: d.assign(compute=d["compute"].where(d.index != 4, -5.0)), ["run 'a'", "'compute'", "-5.0",
-                                                                               "negative"]),
-        (lambda d: d.assign(compute=d["compute"].where(d.index != 5, 4000.0)), ["run 'a'", "'compute'",
-                                                                                 "4000.0", "duplicate"]),
+        (
+            lambda d: d.assign(compute=d["compute"].where(d.index != 2, np.inf)),
+            ["run 'a'", "'compute'", "inf"],
+        ),
+        (
+            lambda d: d.assign(reward=d["reward"].where(d.index != 7, 1.3)),
+            ["run 'b'", "'reward'", "1.3", "[0, 1]"],
+        ),
+        (
+            lambda d: d.assign(compute=d["compute"].where(d.index != 4, -5.0)),
+            ["run 'a'", "'compute'", "-5.0", "negative"],
+        ),
+        (
+            lambda d: d.assign(compute=d["compute"].where(d.index != 5, 4000.0)),
+            ["run 'a'", "'compute'", "4000.0", "duplicate"],
+        ),
         (lambda d: d.iloc[0:0], ["empty"]),
     ],
 )

@@ -18,7 +18,9 @@ def _data(priors):
 
 
 @pytest.mark.parametrize("priors", [Priors(), Priors(A_loc=0.6, A_scale=0.1)])
-@pytest.mark.parametrize("B, C, s", [(1.5, 8000, 0.015), (0.8, 30000, 0.02), (3.0, 2000, 0.01), (1.0, 1e6, 0.015)])
+@pytest.mark.parametrize(
+    "B, C, s", [(1.5, 8000, 0.015), (0.8, 30000, 0.02), (3.0, 2000, 0.01), (1.0, 1e6, 0.015)]
+)
 def test_marginal_likelihood_matches_quadrature(priors, B, C, s):
     c, y, d = _data(priors)
     g = gain_conditional(jnp.log(B), jnp.log(C), jnp.asarray(s), jnp.asarray(0.2), d, priors)
@@ -43,7 +45,9 @@ def test_log_jacobian_matches_autodiff():
         assert float(constrain(z, d, priors).log_jac) == pytest.approx(float(expected), rel=1e-9, abs=1e-9)
 
 
-@pytest.mark.parametrize("mean, sd, upper", [(0.3, 0.05, 0.8), (0.9, 0.05, 0.8), (-0.3, 0.05, 0.8), (0.4, 5.0, 0.8)])
+@pytest.mark.parametrize(
+    "mean, sd, upper", [(0.3, 0.05, 0.8), (0.9, 0.05, 0.8), (-0.3, 0.05, 0.8), (0.4, 5.0, 0.8)]
+)
 def test_truncated_normal_draws_follow_scipy(mean, sd, upper):
     n = 20000
     x = np.asarray(_truncnorm_draw(jax.random.key(1), jnp.full(n, mean), jnp.full(n, sd), jnp.full(n, upper)))

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+import bayes_scalerl as bs
+from bayes_scalerl.baseline import _fit_B, paper_fit_arrays
+
+
+def test_datatree_layout(demo_fit):
+    dt = demo_fit.dt
+    for g in ("posterior", "sample_stats", "observed_data", "constant_data", "log_likelihood"):
+        assert g in dt.children, g
+    post = dt["posterior"]
+    assert set(post.data_vars) == {"A", "B", "C_mid", "sigma"}
+    assert post["A"].dims == ("chain", "draw", "run")
+    assert list(post["run"].values) == demo_fit.run_names
+    assert dt["constant_data"]["recipe"].values[0] == "ScaleRL"
+
+
+def test_save_load_round_trip(demo_fit, tmp_path):
+    path = demo_fit.save(tmp_path / "fit.nc")
+    back = bs.FitResult.load(path)
+    assert back.run_names == demo_fit.run_names
+    np.testing.assert_array_equal(back.dt["posterior"]["A"].values, demo_fit.dt["posterior"]["A"].values)
+    assert back.settings["fit_until"] == 8000
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.nc"]
+
+
+def test_predict_curve_and_observation(demo_fit):
+    run = demo_fit.run_names[0]
+    cur = demo_fit.predict([4000, 16000, 1e6], kind="curve", runs=[run])
+    obs = demo_fit.predict([4000, 16000, 1e6], kind="observation", runs=[run])
+    assert (obs.q95 - obs.q05 > cur.q95 - cur.q05).all()  # noise widens the band
+    A = demo_fit.draws("A")[0]
+    # far beyond C_mid the curve approaches A
+    assert cur.q50.iloc[-1] == pytest.approx(np.median(A), abs=0.01)
+    with pytest.raises(KeyError):
+        demo_fit.predict([1.0], runs=["nope"])
+
+
+def test_demo_recovers_the_truth_within_intervals(demo_fit):
+    truth = bs.demo_truth().set_index("run")
+    s = demo_fit.summary(var_names=["A"]).set_index("run")
+    covered = ((s.q05 <= truth.A) & (truth.A <= s.q95)).mean()
+    # 18 runs: a 90% interval misses on average 1.8 of them; 5 misses or more has
+    # probability below 1% (binomial(18, 0.1))
+    assert covered >= 13 / 18
+
+
+def test_paper_baseline_B_step_matches_curve_fit():
+    from scipy.optimize import curve_fit
+
+    rng = np.random.default_rng(0)
+    c = np.linspace(1500, 8000, 20)
+    y = 0.3 + 0.3 / (1 + (2500 / c) ** 1.9) + 0.005 * rng.standard_normal(20)
+    A, Cm = 0.6, np.array([2500.0, 3000.0])
+    B, _ = _fit_B(c, y, 0.3, A, Cm, np.exp(np.linspace(np.log(0.05), np.log(20), 120)))
+    for k in range(2):
+        f = lambda cc, b, k=k: 0.3 + (A - 0.3) / (1 + (Cm[k] / cc) ** b)  # noqa: E731
+        ref = curve_fit(f, c, y, p0=[1.5])[0][0]
+        assert B[k] == pytest.approx(ref, rel=1e-4)
+
+
+def test_paper_fit_recovers_noiseless_truth():
+    c = np.linspace(1500, 8000, 30)
+    y = 0.3 + (0.61 - 0.3) / (1 + (2540 / c) ** 1.92)
+    res = paper_fit_arrays(c, y, 0.3, C_mid_grid=np.linspace(100, 40000, 400))
+    assert res["A"] == pytest.approx(0.61, abs=0.0051)
+    assert res["B"] == pytest.approx(1.92, rel=0.1)

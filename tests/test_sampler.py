@@ -1,0 +1,115 @@
+"""NUTS against an independent method, and the compiled program is reused."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import logsumexp
+
+import bayes_scalerl as bs
+from bayes_scalerl import inference
+from tests.conftest import QUICK
+
+
+def _three_runs(seed):
+    truth = pd.DataFrame(
+        {
+            "run": ["early", "middle", "late"],
+            "A": [0.60, 0.55, 0.65],
+            "B": [2.0, 1.5, 2.5],
+            "C_mid": [2500.0, 6000.0, 12000.0],
+            "R0": [0.25, 0.30, 0.20],
+            "sigma": [0.015, 0.015, 0.015],
+        }
+    )
+    grid = np.concatenate([[0.0], np.linspace(1500, 16000, 24)])
+    return truth, bs.simulate_runs(truth, grid, np.random.default_rng(seed))
+
+
+def _grid_posterior(c, y, R0, c_ref, priors):
+    """Brute-force posterior on a 4-D grid over (A, log B, log C_mid, sigma), plain NumPy.
+
+    It shares no code with the package: the curve is the power form, A is on the grid (not
+    integrated out), and the priors are written out again.
+    """
+    A = np.linspace(R0 + 1e-4, 1 - 1e-4, 90)
+    lB = np.linspace(np.log(0.2), np.log(12.0), 70)
+    lC = np.linspace(np.log(c_ref) - 4.5, np.log(c_ref) + 4.5, 90)
+    sig = np.linspace(0.004, 0.04, 24)
+    frac = 1 / (1 + (np.exp(lC)[None, :, None] / c[None, None, :]) ** np.exp(lB)[:, None, None])  # B, C, n
+    mu = R0 + (A[:, None, None, None] - R0) * frac[None]  # A, B, C, n
+    rss = np.sum((y - mu) ** 2, axis=-1)  # A, B, C
+    n = len(c)
+    ll = -0.5 * rss[..., None] / sig**2 - n * np.log(sig)  # A, B, C, S
+    lp = (
+        -0.5 * ((lB - np.log(priors.B_median)) / priors.B_log_sd) ** 2  # density in log B
+    )[None, :, None, None] + (-0.5 * ((lC - np.log(c_ref)) / priors.C_mid_log_sd) ** 2)[None, None, :, None]
+    lp = lp + (-0.5 * (sig / priors.sigma_scale) ** 2)[None, None, None, :]
+    logp = ll + lp
+    w = np.exp(logp - logsumexp(logp))
+    pA = w.sum(axis=(1, 2, 3))
+    pB = w.sum(axis=(0, 2, 3))
+    return (A, pA), (np.exp(lB), pB)
+
+
+def _quantiles(x, p, qs):
+    cdf = np.cumsum(p) / p.sum()
+    return np.interp(qs, cdf, x)
+
+
+def test_nuts_matches_brute_force_grid():
+    truth, df = _three_runs(3)
+    runs = bs.Runs.from_frame(df)
+    res = bs.fit(runs, min_compute=1500, seed=2, chains=4, warmup=500, samples=1000)
+    w = runs.window(min_compute=1500)
+    priors = bs.Priors()
+    summ = res.summary()
+    diag = res.diagnostics()
+    for i, name in enumerate(runs.names):
+        m = w.mask[i]
+        (A, pA), (B, pB) = _grid_posterior(w.compute[i][m], w.reward[i][m], w.R0[i], w.c_ref[i], priors)
+        for param, grid, p in (("A", A, pA), ("B", B, pB)):
+            row = summ[(summ.run == name) & (summ.param == param)].iloc[0]
+            exact = _quantiles(grid, p, [0.05, 0.5, 0.95])
+            ess = float(diag.loc[diag.run == name, "ess_bulk_min"].iloc[0])
+            # Monte Carlo error of a quantile is about sd / sqrt(ESS) (times ~1.5 in the tails);
+            # allow 4 such errors plus half a grid cell.
+            tol = 4 * 1.5 * row["sd"] / np.sqrt(ess) + 0.5 * np.diff(grid).max()
+            got = np.array([row["q05"], row["q50"], row["q95"]])
+            assert np.all(np.abs(got - exact) < tol), (name, param, got, exact, tol)
+
+
+def test_second_data_set_of_same_shape_does_not_recompile():
+    truth, df1 = _three_runs(10)
+    _, df2 = _three_runs(11)
+    bs.fit(df1, min_compute=1500, seed=0, **QUICK)
+    before = inference.trace_count()
+    res = bs.fit(df2, min_compute=1500, seed=1, **QUICK)
+    assert inference.trace_count() == before
+    assert res.dt["posterior"]["A"].shape == (4, 300, 3)
+
+
+def test_same_seed_same_draws_and_seed_changes_draws():
+    _, df = _three_runs(4)
+    a = bs.fit(df, min_compute=1500, seed=5, **QUICK)
+    b = bs.fit(df, min_compute=1500, seed=5, **QUICK)
+    c = bs.fit(df, min_compute=1500, seed=6, **QUICK)
+    np.testing.assert_array_equal(a.dt["posterior"]["A"].values, b.dt["posterior"]["A"].values)
+    assert not np.array_equal(a.dt["posterior"]["A"].values, c.dt["posterior"]["A"].values)
+
+
+def test_fitted_R0_is_a_parameter():
+    _, df = _three_runs(5)
+    res = bs.fit(df, min_compute=None, priors=bs.Priors(R0_fitted=True), seed=0, **QUICK)
+    s = res.summary()
+    assert set(s.param) == {"A", "B", "C_mid", "sigma", "R0"}
+    r0 = s[s.param == "R0"].set_index("run")["q50"]
+    # truth R0 is 0.25/0.30/0.20 with noise 0.015 on the first points
+    np.testing.assert_allclose(r0.loc[["early", "middle", "late"]], [0.25, 0.30, 0.20], atol=0.05)
+
+
+@pytest.mark.parametrize("bad", [dict(chains=1), dict(samples=0)])
+def test_bad_sampler_settings(bad):
+    _, df = _three_runs(4)
+    kw = {**QUICK, **bad}
+    with pytest.raises(ValueError):
+        bs.fit(df, **kw)
