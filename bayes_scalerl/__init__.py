@@ -21,6 +21,7 @@ from .baseline import paper_fit  # noqa: E402
 from .curve import compute_to_reach, gain_fraction, linearised, scalerl_curve  # noqa: E402
 from .data import DataError, Runs  # noqa: E402
 from .demo import demo_runs, demo_truth  # noqa: E402
+from .devices import use_all_cpu_cores  # noqa: E402
 from .fitting import fit  # noqa: E402
 from .io import read_runs  # noqa: E402
 from .priors import Priors  # noqa: E402
@@ -53,4 +54,5 @@ __all__ = [
     "read_runs",
     "scalerl_curve",
     "simulate_runs",
+    "use_all_cpu_cores",
 ]

@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from .data import DataError
+    from .devices import use_all_cpu_cores
+
+    use_all_cpu_cores()
 
     try:
         if args.command == "fit":

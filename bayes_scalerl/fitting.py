@@ -45,7 +45,7 @@ def fit(
     warmup: int = 500,
     samples: int = 500,
     seed: int = 0,
-    target_accept: float = 0.8,
+    target_accept: float = 0.99,
     max_tree_depth: int = 8,
     chunk_size: int = 512,
     log_likelihood: bool = True,

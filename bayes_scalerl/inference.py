@@ -19,6 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 from numpyro.infer.hmc import hmc
 
 from .model import RunData, constrain, draw_A, log_density, make_run_data, n_dim
@@ -42,17 +43,25 @@ class SamplerConfig(NamedTuple):
     num_chains, num_warmup, num_samples : int
         Chains per run, warm-up iterations and kept draws per chain.
     target_accept : float
-        Target acceptance probability of the step-size adaptation.
+        Target acceptance probability of the step-size adaptation (0.99: the
+        ``A <= 1`` wall of weakly identified runs needs small steps).
     max_tree_depth : int
         Cap on NUTS tree depth (2**depth leapfrog steps at most per iteration).
+    dense_mass : bool
+        Adapt a dense mass matrix per lane.
+    group_size : int
+        Runs advanced in lock-step by ``jax.vmap``; groups run one after another
+        (``jax.lax.map``) inside the same compiled call. Vmapped lanes wait for the
+        slowest lane's tree at every iteration, so small groups waste less.
     """
 
     num_chains: int = 4
     num_warmup: int = 500
     num_samples: int = 500
-    target_accept: float = 0.8
+    target_accept: float = 0.99
     max_tree_depth: int = 8
     dense_mass: bool = True
+    group_size: int = 16
 
 
 class Draws(NamedTuple):
@@ -73,8 +82,12 @@ class Draws(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled_sampler(priors: Priors, config: SamplerConfig) -> Callable:
-    """One jit-compiled batched sampler per (priors, config)."""
+def _compiled_sampler(priors: Priors, config: SamplerConfig, n_devices: int) -> Callable:
+    """One jit-compiled batched sampler per (priors, config, device count).
+
+    It takes arrays with a leading group axis (split over ``n_devices`` devices) and a
+    lane axis (runs x chains of one group).
+    """
 
     def potential_gen(data: RunData):
         return lambda z: -log_density(z, data, priors)
@@ -108,21 +121,35 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig) -> Callable:
         p = constrain(z, data, priors)
         return (z, A, p.B, p.C_mid, p.sigma, p.R0, div, steps, acc, energy, lp, state.adapt_state.step_size)
 
-    def batched(key: jax.Array, z0: jax.Array, data: RunData):
+    def per_device(keys: jax.Array, z0: jax.Array, lanes: RunData):
+        # leading axis: groups on this device; each group is one vmapped batch of lanes
         _TRACES["sampler"] += 1
-        n_runs = data.y.shape[0]
-        c = config.num_chains
-        keys = jax.random.split(key, n_runs * c)
-        lanes = jax.tree_util.tree_map(lambda x: jnp.repeat(x, c, axis=0), data)
-        out = jax.vmap(one_lane)(keys, z0.reshape(n_runs * c, -1), lanes)
-        return jax.tree_util.tree_map(lambda x: x.reshape((n_runs, c) + x.shape[1:]), out)
+        return jax.lax.map(lambda a: jax.vmap(one_lane)(*a), (keys, z0, lanes))
 
-    return jax.jit(batched)
+    # one code path for any device count (a plain jit compiles to slightly different
+    # floating-point code, and chains amplify last-bit differences)
+    mesh = Mesh(np.array(jax.local_devices()[:n_devices]), ("device",))
+    spec = PartitionSpec("device")
+    # numpyro's NUTS mixes device-varying and replicated values in lax.cond branches
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
 
 
-def _bucket(n: int, chunk_size: int) -> int:
-    """Smallest power of two >= n (at least 4), capped at ``chunk_size``."""
-    return min(chunk_size, max(4, 1 << (n - 1).bit_length()))
+def _layout(n: int, chunk_size: int, group_size: int, n_devices: int) -> tuple[int, int, int]:
+    """Bucketed run count, runs per group and devices used for a chunk of ``n`` runs.
+
+    The run count is the smallest power of two >= n (at least 4) capped at
+    ``chunk_size``; groups hold ``min(group_size, that)`` runs whatever the device
+    count, so every group computes the same thing on any device, and the number of
+    groups is padded to a multiple of the devices used (a power of two).
+    """
+    size = min(chunk_size, max(4, 1 << (n - 1).bit_length()))
+    gsize = min(group_size, size)
+    n_groups = -(-size // gsize)
+    devices = 1
+    while devices * 2 <= n_devices:
+        devices *= 2
+    n_groups = devices * -(-n_groups // devices)
+    return n_groups * gsize, gsize, devices
 
 
 def sample_window(
@@ -133,6 +160,7 @@ def sample_window(
     *,
     chunk_size: int = 512,
     progress: bool | None = None,
+    n_devices: int | None = None,
 ) -> Draws:
     """Sample every run of a :class:`~bayes_scalerl.data.FitWindow`.
 
@@ -152,6 +180,10 @@ def sample_window(
         Most runs per compiled call (bounds memory).
     progress : bool, optional
         Show a progress bar over chunks (default: when there is more than one chunk).
+    n_devices : int, optional
+        Local devices to spread groups over (default: all; on a CPU set
+        ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before importing JAX to
+        use N cores). Results do not depend on it.
 
     Returns
     -------
@@ -171,6 +203,7 @@ def sample_window(
     reward = pad_points(window.reward)
     mask = pad_points(window.mask, fill_last=False)
     d = n_dim(priors)
+    n_dev = len(jax.local_devices()) if n_devices is None else int(n_devices)
     chunks = [(s, min(s + chunk_size, n_runs)) for s in range(0, n_runs, chunk_size)]
     show = (len(chunks) > 1) if progress is None else progress
     bar = None
@@ -180,15 +213,27 @@ def sample_window(
         bar = tqdm(total=n_runs, unit="run", desc="NUTS")
     outs = []
     for i, (lo, hi) in enumerate(chunks):
-        size = _bucket(hi - lo, chunk_size)
+        size, gsize, devices = _layout(hi - lo, chunk_size, config.group_size, n_dev)
         idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
         data = make_run_data(compute[idx], reward[idx], mask[idx], window.R0[idx], window.c_ref[idx], priors)
-        k_chunk = jax.random.fold_in(key, i)
-        k_init, k_run = jax.random.split(k_chunk)
-        z0 = jax.random.uniform(k_init, (size, config.num_chains, d), minval=-2.0, maxval=2.0)
-        res = _compiled_sampler(priors, config)(k_run, z0, data)
+        # randomness is drawn per run, before the layout, so it does not depend on the devices
+        k_init, k_run = jax.random.split(jax.random.fold_in(key, i))
+        c = config.num_chains
+        z0 = jax.random.uniform(k_init, (size * c, d), minval=-2.0, maxval=2.0)
+        keys = jax.random.split(k_run, size * c)
+        lanes = jax.tree_util.tree_map(lambda x, c=c: jnp.repeat(x, c, axis=0), data)
+
+        def grouped(x, gsize=gsize, c=c):  # (run * chain, ...) -> (group, gsize * chain, ...)
+            return x.reshape((-1, gsize * c) + x.shape[1:])
+
+        res = _compiled_sampler(priors, config, devices)(
+            grouped(keys), grouped(z0), jax.tree_util.tree_map(grouped, lanes)
+        )
         n_real = hi - lo
-        res = jax.tree_util.tree_map(lambda x, n_real=n_real: np.asarray(x)[:n_real], res)
+        res = jax.tree_util.tree_map(
+            lambda x, n_real=n_real, size=size, c=c: np.asarray(x).reshape((size, c) + x.shape[2:])[:n_real],
+            res,
+        )
         outs.append(res)
         if bar is not None:
             bar.update(hi - lo)

@@ -27,6 +27,7 @@ one. The priors are still those of :class:`~bayes_scalerl.priors.Priors` on ``B`
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -48,7 +49,7 @@ __all__ = [
     "scalerl_numpyro_model",
 ]
 
-_LOG_2PI = jnp.log(2.0 * jnp.pi)
+_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class RunData(NamedTuple):

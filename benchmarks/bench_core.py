@@ -61,10 +61,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    bs.use_all_cpu_cores()
     dev = jax.devices()[0]
     lines = [
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"JAX device {dev.platform} ({dev.device_kind})",
+        f"JAX devices: {len(jax.devices())} x {dev.platform} ({dev.device_kind})",
         f"versions: python {platform.python_version()}, jax {jax.__version__}, "
         f"numpyro {__import__('numpyro').__version__}, bayes_scalerl {bs.__version__}",
         f"NUTS: 4 chains x {args.warmup} warm-up x {args.samples} draws per run",

@@ -113,3 +113,11 @@ def test_bad_sampler_settings(bad):
     kw = {**QUICK, **bad}
     with pytest.raises(ValueError):
         bs.fit(df, **kw)
+
+
+@pytest.mark.parametrize("n, devices", [(1, 1), (3, 1), (17, 1), (100, 1), (3, 2), (100, 2), (600, 4)])
+def test_layout_covers_runs_in_whole_groups(n, devices):
+    size, gsize, used = inference._layout(min(n, 512), 512, 16, devices)
+    assert size >= min(n, 512)
+    assert size % (gsize * used) == 0
+    assert used <= devices and gsize == min(16, 1 << max(2, (min(n, 512) - 1).bit_length()))
