@@ -239,8 +239,6 @@ class Runs:
                 keep &= c >= min_compute
             if fit_until is not None:
                 keep &= c <= fit_until
-            if R0_fitted and min_compute is None:
-                pass
             n = int(keep.sum())
             if n < min_points:
                 why = []

@@ -191,21 +191,26 @@ class FitResult:
         """
         cd = self.dt["constant_data"].to_dataset()
         od = self.dt["observed_data"].to_dataset()
-        frames = []
         extra = np.asarray(list(extra_compute), float)
-        for i, run in enumerate(self.run_names):
-            c = cd["compute"].values[i]
-            keep = ~np.isnan(c)
-            c, y, f = c[keep], od["reward"].values[i][keep], cd["in_fit"].values[i][keep]
-            new = extra[~np.isin(extra, c)]
-            comp = np.concatenate([c, new])
-            obs = np.concatenate([y, np.full(len(new), np.nan)])
-            fit = np.concatenate([f, np.zeros(len(new), bool)])
-            p = self.predict(comp, seed=seed + i, runs=[run])
-            p.insert(2, "observed", obs)
-            p.insert(3, "in_fit", fit)
-            frames.append(p.drop(columns="mean"))
-        return pd.concat(frames, ignore_index=True).sort_values(["run", "compute"], kind="stable")
+        compute = cd["compute"].values  # run, point (NaN-padded)
+        n_runs = compute.shape[0]
+        grid = np.concatenate([compute, np.broadcast_to(extra, (n_runs, extra.size))], axis=1)
+        observed = np.concatenate([od["reward"].values, np.full((n_runs, extra.size), np.nan)], axis=1)
+        in_fit = np.concatenate([cd["in_fit"].values, np.zeros((n_runs, extra.size), bool)], axis=1)
+        # an extra compute that was also observed is reported once, as observed
+        dup = np.zeros_like(in_fit)
+        dup[:, compute.shape[1] :] = np.isin(grid[:, compute.shape[1] :], compute) if extra.size else False
+        keep = ~np.isnan(grid) & ~dup
+        draws = self.predict_draws(np.nan_to_num(grid), kind="observation", seed=seed)  # run, sample, q
+        qs = np.quantile(draws, list(QUANTILES), axis=1)  # quantile, run, q
+        runs = np.repeat(np.array(self.run_names, dtype=object), grid.shape[1]).reshape(grid.shape)
+        out = {"run": runs[keep], "compute": grid[keep], "observed": observed[keep], "in_fit": in_fit[keep]}
+        for k, q in enumerate(QUANTILES):
+            out[_qname(q)] = qs[k][keep]
+        df = pd.DataFrame(out)
+        order = {r: i for i, r in enumerate(self.run_names)}
+        df["_o"] = df["run"].map(order)
+        return df.sort_values(["_o", "compute"], kind="stable").drop(columns="_o").reset_index(drop=True)
 
     # ------------------------------------------------------------------ I/O
     def save(self, path: str | os.PathLike) -> Path:
