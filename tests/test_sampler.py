@@ -121,3 +121,31 @@ def test_layout_covers_runs_in_whole_groups(n, devices):
     assert size >= min(n, 512)
     assert size % (gsize * used) == 0
     assert used <= devices and gsize == min(16, 1 << max(2, (min(n, 512) - 1).bit_length()))
+
+
+def test_plain_numpyro_model_agrees_with_the_marginalised_sampler():
+    """The textbook NumPyro model (A sampled directly) on a well-identified run."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    from bayes_scalerl.model import scalerl_numpyro_model
+
+    truth, df = _three_runs(3)
+    runs = bs.Runs.from_frame(df).subset(["early"])
+    w = runs.window(min_compute=1500)
+    c, y = w.compute[0][w.mask[0]], w.reward[0][w.mask[0]]
+    mcmc = MCMC(
+        NUTS(scalerl_numpyro_model, target_accept_prob=0.95),
+        num_warmup=500,
+        num_samples=1000,
+        num_chains=1,
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.key(0), c, y, R0=float(w.R0[0]), c_ref=float(w.c_ref[0]))
+    plain = np.asarray(mcmc.get_samples()["A"])
+    ours = bs.fit(runs, min_compute=1500, seed=0, **QUICK).draws("A")[0]
+    # both target the same posterior; the medians differ by Monte Carlo error only
+    # (sd / sqrt(ESS) with ESS >= 200 each): allow 4 combined errors
+    tol = 4 * np.std(ours) * np.sqrt(1 / 200 + 1 / 200)
+    assert abs(np.median(plain) - np.median(ours)) < tol
+    assert abs(np.std(plain) - np.std(ours)) < 0.35 * np.std(ours)
