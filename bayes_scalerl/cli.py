@@ -69,10 +69,10 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument(
         "--predict", type=_computes, default=[], help="extra computes to predict at, comma-separated"
     )
-    p.add_argument("--chains", type=_positive_int, default=4)
-    p.add_argument("--warmup", type=_positive_int, default=500)
-    p.add_argument("--samples", type=_positive_int, default=500)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chains", type=_positive_int, default=4, help="chains per run (default 4; at least 2)")
+    p.add_argument("--warmup", type=_positive_int, default=500, help="warm-up steps per chain (default 500)")
+    p.add_argument("--samples", type=_positive_int, default=500, help="kept draws per chain (default 500)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
