@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-__all__ = ["Runs", "FitWindow", "DataError", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
+__all__ = ["Runs", "FitWindow", "DataError", "in_likelihood", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
 
 REQUIRED_COLUMNS = ("run", "compute", "reward")
 OPTIONAL_COLUMNS = ("recipe", "seed", "task", "n_eval")
@@ -33,6 +33,28 @@ def _where(source: str, run: object | None = None, column: str | None = None) ->
     if column is not None:
         parts.append(f"column {column!r}")
     return ", ".join(parts)
+
+
+def in_likelihood(
+    compute: np.ndarray,
+    *,
+    min_compute: float | None = None,
+    fit_until: float | None = None,
+    R0_fitted: bool = False,
+) -> np.ndarray:
+    """Which of one run's sorted evaluations enter the likelihood.
+
+    The first evaluation sets ``R0`` and is left out unless ``R0_fitted``; points below
+    ``min_compute`` or above ``fit_until`` are left out.
+    """
+    keep = np.ones(len(compute), bool)
+    if not R0_fitted:
+        keep[0] = False
+    if min_compute is not None:
+        keep &= compute >= min_compute
+    if fit_until is not None:
+        keep &= compute <= fit_until
+    return keep
 
 
 class FitWindow(NamedTuple):
@@ -232,13 +254,7 @@ class Runs:
             g = groups.get_group(name)
             c = g["compute"].to_numpy(float)
             r = g["reward"].to_numpy(float)
-            keep = np.ones(len(c), bool)
-            if not R0_fitted:
-                keep[0] = False
-            if min_compute is not None:
-                keep &= c >= min_compute
-            if fit_until is not None:
-                keep &= c <= fit_until
+            keep = in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=R0_fitted)
             n = int(keep.sum())
             if n < min_points:
                 why = []

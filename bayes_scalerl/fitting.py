@@ -10,7 +10,7 @@ import pandas as pd
 import xarray as xr
 
 from . import __version__
-from .data import Runs
+from .data import Runs, in_likelihood
 from .inference import SamplerConfig, sample_window
 from .priors import Priors
 from .results import FitResult
@@ -102,14 +102,7 @@ def fit(
     )
 
     def in_fit(c):
-        keep = np.ones(len(c), bool)
-        if not priors.R0_fitted:
-            keep[0] = False
-        if min_compute is not None:
-            keep &= c >= min_compute
-        if fit_until is not None:
-            keep &= c <= fit_until
-        return keep
+        return in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
 
     compute, reward, fitted = _observed(runs, in_fit)
     names = np.array(runs.names, dtype=object).astype(str)

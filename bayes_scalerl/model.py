@@ -36,6 +36,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr, ndtri
 
+from .curve import gain_fraction
 from .priors import Priors
 
 __all__ = [
@@ -302,9 +303,6 @@ def scalerl_numpyro_model(
         A = numpyro.sample("A", dist.Uniform(R0, 1.0))
     else:
         A = numpyro.sample("A", dist.TruncatedNormal(priors.A_loc, priors.A_scale, low=R0, high=1.0))
-    positive = compute > 0
-    s = jnp.where(
-        positive, jax.nn.sigmoid(B * (jnp.log(jnp.where(positive, compute, 1.0)) - jnp.log(C_mid))), 0.0
-    )
+    s = gain_fraction(compute, B, C_mid)
     with numpyro.plate("point", compute.shape[0]):
         numpyro.sample("reward", dist.Normal(R0 + (A - R0) * s, sigma), obs=reward)

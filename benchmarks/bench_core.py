@@ -78,28 +78,15 @@ def main() -> None:
     for n in args.runs:
         warm = _data(n, 1000 + n)
         runs = _data(n, n)
-        t0 = time.perf_counter()
-        bs.fit(
-            warm,
-            min_compute=1500,
-            warmup=args.warmup,
-            samples=args.samples,
-            seed=0,
-            log_likelihood=False,
-            progress=False,
+        settings = dict(
+            min_compute=1500, warmup=args.warmup, samples=args.samples, log_likelihood=False, progress=False
         )
+        t0 = time.perf_counter()
+        bs.fit(warm, seed=0, **settings)
         first = time.perf_counter() - t0
         traces = inference.trace_count()
         t0 = time.perf_counter()
-        res = bs.fit(
-            runs,
-            min_compute=1500,
-            warmup=args.warmup,
-            samples=args.samples,
-            seed=1,
-            log_likelihood=False,
-            progress=False,
-        )
+        res = bs.fit(runs, seed=1, **settings)
         wall = time.perf_counter() - t0
         assert inference.trace_count() == traces, "the timed call recompiled"
         d = res.diagnostics()
