@@ -7,8 +7,10 @@ diagnostics.
 Importing the package turns on JAX's 64-bit mode (``jax_enable_x64``): the sampler
 needs float64.
 
-Main entry points: :func:`read_runs`, :class:`Runs`, :class:`Priors`, :func:`fit`,
-:class:`FitResult`, :func:`paper_fit`, :func:`plot_curves`, :func:`scalerl_curve`.
+Main entry points: :func:`read_runs` / :func:`read_any` (tables and training logs),
+:class:`Runs`, :class:`Priors`, :func:`fit` (independent or hierarchical), :class:`FitResult`,
+:func:`compare` and friends (recipe comparisons), :func:`paper_fit`, :func:`plot_curves`,
+:func:`scalerl_curve`.
 """
 
 import jax
@@ -17,18 +19,25 @@ jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
 
+from .backtest import Backtest, backtest  # noqa: E402
 from .baseline import paper_fit  # noqa: E402
+from .comparisons import compare, compute_to_target, crossover, p_best, recipe_summary  # noqa: E402
 from .curve import compute_to_reach, gain_fraction, linearised, scalerl_curve  # noqa: E402
 from .data import DataError, Runs  # noqa: E402
 from .demo import demo_runs, demo_truth  # noqa: E402
 from .devices import use_all_cpu_cores  # noqa: E402
+from .families import FamilyFit, compare_families, fit_family  # noqa: E402
 from .fitting import fit  # noqa: E402
+from .hierarchical import HierPriors  # noqa: E402
+from .identify import BudgetSweep, budget_sweep, identifiability, prior_sensitivity  # noqa: E402
 from .io import read_runs  # noqa: E402
 from .priors import Priors  # noqa: E402
+from .readers import read_any, read_table, read_tensorboard, read_verl, read_wandb_csv  # noqa: E402
 from .results import FitResult  # noqa: E402
 from .simulate import random_truth, simulate_runs  # noqa: E402
 
 
+# plots and reports import matplotlib: load them on first use
 def plot_curves(*args, **kwargs):
     """Curves with data and bands (see :func:`bayes_scalerl.plots.plot_curves`)."""
     from .plots import plot_curves as _plot
@@ -36,23 +45,67 @@ def plot_curves(*args, **kwargs):
     return _plot(*args, **kwargs)
 
 
+def plot_forest(*args, **kwargs):
+    """Forest plot of run (and recipe) parameters (see :func:`bayes_scalerl.plots.plot_forest`)."""
+    from .plots import plot_forest as _plot
+
+    return _plot(*args, **kwargs)
+
+
+def plot_linearised(*args, **kwargs):
+    """The paper's linearised view, slope B (see :func:`bayes_scalerl.plots.plot_linearised`)."""
+    from .plots import plot_linearised as _plot
+
+    return _plot(*args, **kwargs)
+
+
+def write_report(*args, **kwargs):
+    """HTML and Markdown report of a fit folder (see :func:`bayes_scalerl.report.write_report`)."""
+    from .report import write_report as _write
+
+    return _write(*args, **kwargs)
+
+
 __all__ = [
     "__version__",
+    "Backtest",
+    "BudgetSweep",
+    "FamilyFit",
     "DataError",
     "FitResult",
+    "HierPriors",
     "Priors",
     "Runs",
+    "backtest",
+    "budget_sweep",
+    "compare",
+    "compare_families",
     "compute_to_reach",
+    "compute_to_target",
+    "crossover",
     "demo_runs",
     "demo_truth",
     "fit",
+    "fit_family",
+    "identifiability",
     "gain_fraction",
     "linearised",
+    "p_best",
     "paper_fit",
     "plot_curves",
+    "plot_forest",
+    "plot_linearised",
+    "prior_sensitivity",
     "random_truth",
+    "read_any",
     "read_runs",
+    "read_table",
+    "read_tensorboard",
+    "read_verl",
+    "read_wandb_csv",
+    "recipe_summary",
     "scalerl_curve",
     "simulate_runs",
     "use_all_cpu_cores",
+    "write_report",
 ]

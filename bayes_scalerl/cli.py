@@ -73,6 +73,71 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument("--warmup", type=_positive_int, default=500, help="warm-up steps per chain (default 500)")
     p.add_argument("--samples", type=_positive_int, default=500, help="kept draws per chain (default 500)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--likelihood",
+        choices=("gaussian", "student_t", "binomial", "ar1"),
+        default="gaussian",
+        help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
+    )
+    p.add_argument(
+        "--model",
+        choices=("independent", "hierarchical"),
+        default="independent",
+        help="independent fits per run (default), or seeds pooled within recipes (needs a recipe column)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        default=None,
+        help="write each finished chunk of runs to DIR; the same command run again resumes from it "
+        "(independent model; a DIR of a different fit is refused)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="run chunks on this machine's devices (default) or as Ray tasks (needs ray; independent model)",
+    )
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    from .readers import FORMATS
+
+    g = p.add_argument_group("input (see README: input formats)")
+    g.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: auto-detect)")
+    g.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        help="verl / W&B metric name or glob; repeat for several (each becomes a task)",
+    )
+    g.add_argument("--tag", action="append", default=None, help="TensorBoard scalar tag or glob")
+    g.add_argument("--gpus", type=_positive_float, default=None, help="GPU-hours = wall hours x this")
+    g.add_argument("--gpu-hours-per-step", type=_positive_float, default=None, help="GPU-hours = step x this")
+    g.add_argument("--run-name", default=None, help="name of the run (a single verl file or W&B history)")
+    for col in ("run", "compute", "reward", "recipe", "seed", "task", "n-eval"):
+        g.add_argument(f"--{col}-col", default=None, help=f"column holding {col.replace('-', '_')}")
+
+
+def _read_input(args):
+    from .readers import read_any
+
+    def one(v):
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    options = {
+        "metric": one(args.metric),
+        "tag": one(args.tag),
+        "gpus": args.gpus,
+        "gpu_hours_per_step": args.gpu_hours_per_step,
+        "run_name": args.run_name,
+    }
+    for col in ("run", "compute", "reward", "recipe", "seed", "task", "n_eval"):
+        options[f"{col}_col"] = getattr(args, f"{col}_col")
+    runs = read_any(args.data, format=args.format, **options)
+    for note in runs.notes:
+        print(f"note: {note}")
+    return runs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,11 +145,239 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bayes-scalerl", description="Bayesian fits of ScaleRL compute-scaling curves.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_fit = sub.add_parser("fit", help="fit a CSV or Parquet table of runs")
-    p_fit.add_argument("data", help="CSV or Parquet file with columns run, compute, reward")
+    p_fit.add_argument(
+        "data",
+        help="a table (CSV/Parquet: run, compute, reward), verl JSON-lines file(s), a TensorBoard log "
+        "directory or a W&B CSV export",
+    )
+    _add_input_options(p_fit)
     _add_fit_options(p_fit, None)
     p_demo = sub.add_parser("demo", help="fit the bundled simulated leave-one-out study")
     _add_fit_options(p_demo, "bayes-scalerl-demo")
+    p_bt = sub.add_parser(
+        "backtest", help="fit early evaluations, score the later ones beside the paper's least squares"
+    )
+    p_bt.add_argument("data", help="the runs (any input format; see fit)")
+    _add_input_options(p_bt)
+    cut = p_bt.add_mutually_exclusive_group(required=True)
+    cut.add_argument(
+        "--fit-until", type=_nonneg_float, default=None, help="fit compute <= this for every run"
+    )
+    cut.add_argument(
+        "--fraction", type=_fraction, default=None, help="fit each run on compute <= this share of its own"
+    )
+    p_bt.add_argument("--out", required=True, help="folder for backtest.csv and scores.csv")
+    p_bt.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
+    p_bt.add_argument("--bootstrap", type=_positive_int, default=200, help="bootstrap replicates (200)")
+    p_bt.add_argument("--chains", type=_positive_int, default=4)
+    p_bt.add_argument("--warmup", type=_positive_int, default=500)
+    p_bt.add_argument("--samples", type=_positive_int, default=500)
+    p_bt.add_argument("--seed", type=int, default=0)
+    p_bt.add_argument(
+        "--likelihood", choices=("gaussian", "student_t", "binomial", "ar1"), default="gaussian"
+    )
+    p_id = sub.add_parser(
+        "identify", help="does the data pin down the ceiling A? budget sweep, prior sensitivity, prediction"
+    )
+    p_id.add_argument("data", help="the runs (any input format; see fit)")
+    _add_input_options(p_id)
+    p_id.add_argument("--out", required=True, help="folder for identify.csv, widths.csv, widths.png")
+    grid = p_id.add_mutually_exclusive_group()
+    grid.add_argument(
+        "--budgets", type=_computes, default=None, help="shared compute cut-offs, comma-separated"
+    )
+    grid.add_argument(
+        "--fractions", type=_computes, default=None, help="cut-offs as fractions of each run's compute"
+    )
+    p_id.add_argument("--tolerance", type=_positive_float, default=0.02, help="half-width asked of A (0.02)")
+    p_id.add_argument("--futures", type=int, default=5, help="simulated futures per run for the prediction")
+    p_id.add_argument(
+        "--no-sensitivity", action="store_true", help="skip the refits under alternative priors"
+    )
+    p_id.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
+    p_id.add_argument("--chains", type=_positive_int, default=4)
+    p_id.add_argument("--warmup", type=_positive_int, default=500)
+    p_id.add_argument("--samples", type=_positive_int, default=500)
+    p_id.add_argument("--seed", type=int, default=0)
+    p_id.add_argument(
+        "--likelihood", choices=("gaussian", "student_t", "binomial", "ar1"), default="gaussian"
+    )
+    p_rep = sub.add_parser("report", help="write an HTML and Markdown report of a fit output folder")
+    p_rep.add_argument("fitdir", help="output folder of 'bayes-scalerl fit' (holds posterior.nc)")
+    p_rep.add_argument("--out", default=None, help="folder for the report (default: FITDIR)")
+    p_cmp = sub.add_parser("compare", help="compare recipes of a fit output folder")
+    p_cmp.add_argument("fitdir", help="output folder of 'bayes-scalerl fit' (holds posterior.nc)")
+    p_cmp.add_argument("--a", default=None, help="first recipe (default: every pair)")
+    p_cmp.add_argument("--b", default=None, help="second recipe")
+    p_cmp.add_argument(
+        "--param",
+        type=_params,
+        default=["A"],
+        help="comma-separated among A,B,C_mid,reward (reward needs --budget; default A)",
+    )
+    p_cmp.add_argument(
+        "--rope",
+        type=_nonneg_float,
+        default=None,
+        help="margin of practical equivalence (default 0.02 on A and reward, 5%% relative on B, C_mid)",
+    )
+    p_cmp.add_argument("--budget", type=_positive_float, default=None, help="compute for reward, P(best)")
+    p_cmp.add_argument(
+        "--target", type=_reward, default=None, help="reward target: compute each recipe needs"
+    )
+    p_cmp.add_argument("--task", default=None, help="task to compare on, when the fit has several")
+    p_cmp.add_argument("--out", default=None, help="folder for the tables (default: FITDIR)")
     return parser
+
+
+def _params(text: str) -> list[str]:
+    from .comparisons import PARAMS
+
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in PARAMS]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"expected names among {','.join(PARAMS)}, got {text!r}")
+    return values
+
+
+def _positive_float(text: str) -> float:
+    v = _nonneg_float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    v = _nonneg_float(text)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
+    return v
+
+
+def _run_backtest(args) -> int:
+    from .backtest import backtest
+    from .priors import Priors
+
+    runs = _read_input(args)
+    bt = backtest(
+        runs,
+        fit_until=args.fit_until,
+        fraction=args.fraction,
+        min_compute=args.min_compute,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        fit_kwargs=dict(
+            chains=args.chains,
+            warmup=args.warmup,
+            samples=args.samples,
+            priors=Priors(likelihood=args.likelihood),
+            progress=True,
+        ),
+    )
+    bt.write(args.out)
+    for note in bt.notes:
+        print(f"note: {note}")
+    sc = bt.scores
+    print(f"backtest of {int(sc['n_runs'].iloc[0])} run(s), {int(sc['n_points'].iloc[0])} held-out points:")
+    for _, r in sc.iterrows():
+        cov = (
+            "" if r["method"] == "ls" else f", coverage 50% {r['coverage50']:.2f}, 90% {r['coverage90']:.2f}"
+        )
+        print(f"  {r['method']:>5}: CRPS {r['crps']:.4f}, |error| {r['abs_error']:.4f}{cov}")
+    print(f"tables in {args.out}/ (backtest.csv, scores.csv)")
+    return 0
+
+
+def _run_identify(args) -> int:
+    from .identify import budget_sweep, prior_sensitivity
+    from .priors import Priors
+
+    runs = _read_input(args)
+    if args.fractions is not None and any(f > 1 for f in args.fractions):
+        raise ValueError("--fractions must be in (0, 1]")
+    kw = dict(
+        min_compute=args.min_compute,
+        priors=Priors(likelihood=args.likelihood),
+        chains=args.chains,
+        warmup=args.warmup,
+        samples=args.samples,
+    )
+    sweep = budget_sweep(
+        runs,
+        budgets=args.budgets,
+        fractions=args.fractions,
+        tolerance=args.tolerance,
+        n_future=args.futures,
+        seed=args.seed,
+        fit_kwargs=kw,
+    )
+    sens = None
+    if not args.no_sensitivity:
+        sens = prior_sensitivity(runs, fit_kwargs=kw, baseline=sweep.result, seed=args.seed)
+    sweep.write(args.out, sensitivity=sens)
+    for note in sweep.notes:
+        print(f"note: {note}")
+    t = sweep.table
+    print(f"identifiability of A (90% interval within +-{args.tolerance:g}) for {len(t)} run(s):")
+    for _, r in t.iterrows():
+        print(f"  {r['run']}: {r['status']}")
+    if sens is not None:
+        moved = sens.loc[sens["prior_sensitive"], "run"].tolist()
+        if moved:
+            print(f"A moves by more than 0.02 under an alternative prior: {', '.join(map(str, moved))}")
+    print(f"tables and plot in {args.out}/")
+    return 0
+
+
+def _reward(text: str) -> float:
+    v = _nonneg_float(text)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a reward between 0 and 1, got {text!r}")
+    return v
+
+
+def _run_compare(args) -> int:
+    from . import comparisons as cmp
+    from .io import atomic_output_dir
+    from .results import FitResult
+
+    fitdir = Path(args.fitdir)
+    path = fitdir / "posterior.nc"
+    if not path.exists():
+        raise ValueError(f"{fitdir}: no posterior.nc here; give the output folder of 'bayes-scalerl fit'.")
+    if "reward" in args.param and args.budget is None:
+        raise ValueError("--param reward needs --budget")
+    result = FitResult.load(path)
+    table = cmp.compare(
+        result, args.a, args.b, params=args.param, rope=args.rope, budget=args.budget, task=args.task
+    )
+    extra = {}
+    if args.budget is not None:
+        extra["p_best.csv"] = cmp.p_best(result, budget=args.budget, task=args.task)
+    if args.target is not None:
+        extra["compute_to_target.csv"] = cmp.compute_to_target(result, args.target, task=args.task)
+    if len(cmp.recipe_names(result)) > 1:
+        extra["crossover.csv"] = cmp.crossover(result, args.a, args.b, task=args.task)
+    out = Path(args.out) if args.out else fitdir
+    with atomic_output_dir(out) as tmp:
+        table.to_csv(tmp / "comparisons.csv", index=False)
+        for name, df in extra.items():
+            df.to_csv(tmp / name, index=False)
+    model = result.settings.get("model", "independent")
+    print(f"compared {len(cmp.recipe_names(result))} recipe(s) of a {model} fit; tables in {out}/")
+    if model != "hierarchical":
+        print("  note: independent fits compare the mean of each recipe's seeds; the hierarchical")
+        print("  model (--model hierarchical) also counts seed-to-seed spread.")
+    for _, r in table.iterrows():
+        print(
+            f"  {r['param']}: {r['a']} - {r['b']} = {r['diff_mean']:+.4g} "
+            f"[90%: {r['diff_q05']:+.4g}, {r['diff_q95']:+.4g}], P(a > b) = {r['p_a_greater']:.2f}, "
+            f"P(|diff| < margin) = {r['p_in_rope']:.2f}: {r['verdict']}"
+        )
+    if "p_best.csv" in extra:
+        top = extra["p_best.csv"].iloc[0]
+        print(f"  best at {args.budget:g}: {top['recipe']} (P = {top['p_best']:.2f})")
+    return 0
 
 
 def _write_outputs(result, out: Path, predict: list[float]) -> None:
@@ -96,10 +389,20 @@ def _write_outputs(result, out: Path, predict: list[float]) -> None:
         summary.to_csv(tmp / "summary.csv", index=False)
         result.observed_predictions(predict).to_csv(tmp / "predictions.csv", index=False)
         diag = result.diagnostics()
-        diag[["run", "n_points", "r_hat_max", "ess_bulk_min", "divergences", "converged"]].to_csv(
-            tmp / "diagnostics.csv", index=False
-        )
+        if result.settings.get("model", "independent") == "independent":
+            from .identify import identifiability
+
+            ident = identifiability(result)
+            keep = ["run", "a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
+            diag = diag.merge(ident[keep], on="run", how="left")
+        diag.to_csv(tmp / "diagnostics.csv", index=False)
         result.save(tmp / "posterior.nc")
+        if result.settings.get("model") == "hierarchical":
+            from .comparisons import recipe_summary
+            from .diagnostics import sampler_diagnostics
+
+            recipe_summary(result).to_csv(tmp / "recipes.csv", index=False)
+            sampler_diagnostics(result.dt).to_csv(tmp / "sampler.csv", index=False)
         fig = plot_curves(result)
         fig.savefig(tmp / "curves.png", dpi=120)
         import matplotlib.pyplot as plt
@@ -118,13 +421,19 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     # validate the window before sampling, so bad input writes nothing
     runs.window(min_compute=kw["min_compute"], fit_until=kw["fit_until"])
     t0 = time.perf_counter()
+    from .priors import Priors
+
     result = fit(
         runs,
+        model=args.model,
+        priors=Priors(likelihood=args.likelihood),
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
         seed=args.seed,
         progress=True,
+        checkpoint_dir=args.checkpoint,
+        executor=args.executor,
         **kw,
     )
     summary, diag = _write_outputs(result, Path(args.out), args.predict)
@@ -138,6 +447,13 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {', '.join(bad)}")
     else:
         print("every run converged (R-hat <= 1.01, bulk ESS >= 100, no divergences)")
+    if "a_identified" in diag.columns:
+        weak = diag.loc[~diag["a_identified"].astype(bool), "run"].tolist()
+        if weak:
+            print(
+                f"A weakly identified (the data barely move it from its prior; see diagnostics.csv, "
+                f"'bayes-scalerl identify'): {', '.join(weak)}"
+            )
     return 0
 
 
@@ -152,10 +468,23 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "fit":
-            from .io import read_runs
+            return _run_fit(_read_input(args), args)
+        if args.command == "compare":
+            return _run_compare(args)
+        if args.command == "backtest":
+            return _run_backtest(args)
+        if args.command == "identify":
+            return _run_identify(args)
+        if args.command == "report":
+            from .report import write_report
 
-            runs = read_runs(args.data)
-            return _run_fit(runs, args)
+            if not (Path(args.fitdir) / "posterior.nc").exists():
+                raise ValueError(
+                    f"{args.fitdir}: no posterior.nc here; give the output folder of 'bayes-scalerl fit'."
+                )
+            paths = write_report(args.fitdir, out=args.out)
+            print(f"report: {paths['html']} and {paths['markdown']}")
+            return 0
         if args.command == "demo":
             from .data import Runs
             from .demo import DEMO_FIT_UNTIL, DEMO_MIN_COMPUTE, demo_runs

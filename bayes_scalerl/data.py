@@ -57,6 +57,24 @@ def in_likelihood(
     return keep
 
 
+def _split_tasks(df: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.Series]:
+    """Name one curve per ``(run, task)``; keep the training run in ``training_run``."""
+    n_tasks = df.groupby("run", sort=False)["task"].nunique()
+    multi = df["run"].map(n_tasks) > 1
+    curve = df["run"].where(~multi, df["run"] + ":" + df["task"])
+    clash = set(curve[multi]) & set(df.loc[~multi, "run"])
+    if clash:
+        name = sorted(clash)[0]
+        raise DataError(
+            f"{_where(source, name, 'run')}: the curve name {name!r} of a run with several tasks "
+            "is also a run's name; rename one of them."
+        )
+    if "training_run" not in df.columns:
+        df["training_run"] = df["run"]
+    df["run"] = curve
+    return df, curve
+
+
 class FitWindow(NamedTuple):
     """Padded arrays of the points each run fits, with a leading run axis.
 
@@ -72,6 +90,8 @@ class FitWindow(NamedTuple):
         The run's first evaluation (used when ``R0`` is not fitted).
     c_ref : ndarray, shape (run,)
         The largest compute in each run's likelihood (the default prior median of ``C_mid``).
+    n_eval : ndarray, shape (run, point), optional
+        Graded generations behind each point (the ``n_eval`` column; NaN without it).
     """
 
     compute: np.ndarray
@@ -79,6 +99,7 @@ class FitWindow(NamedTuple):
     mask: np.ndarray
     R0: np.ndarray
     c_ref: np.ndarray
+    n_eval: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -94,14 +115,23 @@ class Runs:
         One row per evaluation, sorted by ``run`` then ``compute``; ``run`` is a string.
     source : str
         Where the table came from, for error messages.
+    notes : tuple of str
+        What the reader skipped or assumed (shown by the CLI), empty for a clean table.
+
+    A curve is one ``run`` (or, with a ``task`` column, one ``(run, task)`` pair): a
+    run evaluated on several tasks becomes one curve per task, named ``"run:task"``,
+    with the original name kept in the ``training_run`` column.
     """
 
     table: pd.DataFrame
     source: str = "<DataFrame>"
+    notes: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, *, source: str = "<DataFrame>") -> Runs:
+    def from_frame(
+        cls, frame: pd.DataFrame, *, source: str = "<DataFrame>", notes: tuple[str, ...] | list[str] = ()
+    ) -> Runs:
         """Validate a tidy table and build :class:`Runs`.
 
         Parameters
@@ -112,6 +142,8 @@ class Runs:
             Rows may be in any order.
         source : str
             Name used in error messages (a file path, say).
+        notes : sequence of str
+            What a reader skipped or assumed, kept with the runs and shown to the user.
 
         Raises
         ------
@@ -119,6 +151,7 @@ class Runs:
             On an empty table, a missing column, a non-numeric, NaN or infinite value,
             reward outside ``[0, 1]``, negative compute, or a duplicate ``(run, compute)``.
         """
+        notes = list(notes)
         if not isinstance(frame, pd.DataFrame):
             raise DataError(f"{source}: expected a pandas DataFrame, got {type(frame).__name__}.")
         if len(frame) == 0:
@@ -178,20 +211,26 @@ class Runs:
                     f"{_where(source, df['run'].iloc[i], 'n_eval')}: value {n_eval[i]!r} "
                     f"(row {i}) is not a positive whole number."
                 )
-        dup = df.duplicated(["run", "compute"], keep="first")
+        key = ["run", "task", "compute"] if "task" in df.columns else ["run", "compute"]
+        if "task" in df.columns:
+            df["task"] = df["task"].astype(str)
+        dup = df.duplicated(key, keep="first")
         if dup.any():
             i = int(np.flatnonzero(dup.to_numpy())[0])
             raise DataError(
                 f"{_where(source, df['run'].iloc[i], 'compute')}: duplicate value "
-                f"{compute[i]!r} (row {i}); each (run, compute) may appear once."
+                f"{compute[i]!r} (row {i}); each ({', '.join(key)}) may appear once."
             )
+        frame_runs = df["run"]
+        if "task" in df.columns:
+            df, frame_runs = _split_tasks(df, source)
         df = df.sort_values(["run", "compute"], kind="stable").reset_index(drop=True)
         # keep runs in order of first appearance, as users listed them
-        order = pd.unique(frame["run"].astype(str))
+        order = pd.unique(frame_runs)
         df["run"] = pd.Categorical(df["run"], categories=order, ordered=True)
         df = df.sort_values(["run", "compute"], kind="stable").reset_index(drop=True)
         df["run"] = df["run"].astype(str)
-        return cls(df, source)
+        return cls(df, source, tuple(notes))
 
     # ------------------------------------------------------------------ views
     @property
@@ -216,7 +255,7 @@ class Runs:
         df = self.table[self.table["run"].isin(names)]
         cat = pd.Categorical(df["run"], categories=list(names), ordered=True)
         df = df.assign(run=cat).sort_values(["run", "compute"], kind="stable")
-        return Runs(df.assign(run=df["run"].astype(str)).reset_index(drop=True), self.source)
+        return Runs(df.assign(run=df["run"].astype(str)).reset_index(drop=True), self.source, self.notes)
 
     def window(
         self,
@@ -269,17 +308,19 @@ class Runs:
                     f"{_where(self.source, name, 'compute')}: run has {n} point(s) to fit "
                     f"after the cutoffs{detail}, out of {len(c)}; at least {min_points} are needed."
                 )
-            per_run.append((c[keep], r[keep], r[0], c[keep].max()))
+            ne = g["n_eval"].to_numpy(float) if "n_eval" in g.columns else np.full(len(c), np.nan)
+            per_run.append((c[keep], r[keep], r[0], c[keep].max(), ne[keep]))
         longest = max(len(p[0]) for p in per_run)
         width = longest if pad_points is None else max(pad_points, longest)
         n_runs = len(per_run)
         compute = np.zeros((n_runs, width))
         reward = np.zeros((n_runs, width))
         mask = np.zeros((n_runs, width), bool)
-        for i, (c, r, _, _) in enumerate(per_run):
+        n_eval = np.full((n_runs, width), np.nan)
+        for i, (c, r, _, _, ne) in enumerate(per_run):
             k = len(c)
-            compute[i, :k], reward[i, :k], mask[i, :k] = c, r, True
-            compute[i, k:], reward[i, k:] = c[-1], r[-1]
+            compute[i, :k], reward[i, :k], mask[i, :k], n_eval[i, :k] = c, r, True, ne
+            compute[i, k:], reward[i, k:], n_eval[i, k:] = c[-1], r[-1], ne[-1]
         R0 = np.array([p[2] for p in per_run])
         c_ref = np.array([p[3] for p in per_run])
-        return FitWindow(compute, reward, mask, R0, c_ref)
+        return FitWindow(compute, reward, mask, R0, c_ref, n_eval)

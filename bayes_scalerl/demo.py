@@ -33,8 +33,14 @@ _LOO = [  # recipe, A, B, C_mid (paper Fig. 4)
 ]
 
 
-def demo_truth(seeds: int = 2, *, seed: int = 2025) -> pd.DataFrame:
-    """True parameters of the demo runs (``run, recipe, seed, A, B, C_mid, R0, sigma``)."""
+def demo_truth(
+    seeds: int = 2, *, seed: int = 2025, A_seed_sd: float = 0.008, log_seed_sd: float = 0.05
+) -> pd.DataFrame:
+    """True parameters of the demo runs (``run, recipe, seed, A, B, C_mid, R0, sigma``).
+
+    Each seed's ``A`` is the recipe's plus Normal(0, ``A_seed_sd``) noise; its ``B`` and
+    ``C_mid`` are the recipe's times ``exp(Normal(0, log_seed_sd))``.
+    """
     rng = np.random.default_rng(seed)
     rows = []
     for recipe, A, B, C in _LOO:
@@ -44,9 +50,10 @@ def demo_truth(seeds: int = 2, *, seed: int = 2025) -> pd.DataFrame:
                     "run": f"{recipe}/s{s}",
                     "recipe": recipe,
                     "seed": s,
-                    "A": A + 0.008 * rng.standard_normal(),
-                    "B": B * np.exp(0.05 * rng.standard_normal()),
-                    "C_mid": C * np.exp(0.05 * rng.standard_normal()),
+                    "recipe_A": A,
+                    "A": A + A_seed_sd * rng.standard_normal(),
+                    "B": B * np.exp(log_seed_sd * rng.standard_normal()),
+                    "C_mid": C * np.exp(log_seed_sd * rng.standard_normal()),
                     "R0": 0.30,
                     "sigma": 0.01,
                 }
@@ -54,8 +61,8 @@ def demo_truth(seeds: int = 2, *, seed: int = 2025) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def demo_runs(seeds: int = 2, *, seed: int = 2025) -> pd.DataFrame:
+def demo_runs(seeds: int = 2, *, seed: int = 2025, A_seed_sd: float = 0.008) -> pd.DataFrame:
     """The simulated demo table: ``run, compute, reward, recipe, seed``."""
-    truth = demo_truth(seeds, seed=seed)
+    truth = demo_truth(seeds, seed=seed, A_seed_sd=A_seed_sd)
     grid = np.arange(0.0, 16000.0 + 1, 400.0)
     return simulate_runs(truth, grid, np.random.default_rng(seed + 1), extra_columns=("recipe", "seed"))

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-__all__ = ["run_diagnostics", "RHAT_MAX", "ESS_MIN"]
+__all__ = ["run_diagnostics", "sampler_diagnostics", "RHAT_MAX", "ESS_MIN"]
 
 #: A run with any parameter above this R-hat is not converged.
 RHAT_MAX = 1.01
@@ -21,6 +21,44 @@ def _max_over_vars(ds, var_names) -> np.ndarray:
 
 def _min_over_vars(ds, var_names) -> np.ndarray:
     return np.min(np.stack([ds[v].values for v in var_names]), axis=0)
+
+
+def _bfmi(energy: np.ndarray) -> np.ndarray:
+    """Smallest E-BFMI over chains; ``energy`` has leading ``(chain, draw)`` axes."""
+    num = np.mean(np.diff(energy, axis=1) ** 2, axis=1)
+    den = np.var(energy, axis=1)
+    return np.min(num / np.where(den > 0, den, np.nan), axis=0)
+
+
+def sampler_diagnostics(dt: xr.DataTree) -> pd.DataFrame:
+    """One row per posterior variable (every variable, population and recipe levels too).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``variable, size, r_hat_max, ess_bulk_min, ess_tail_min, converged``,
+        and the fit's total ``divergences`` and smallest ``bfmi_min`` on every row.
+    """
+    post = dt["posterior"].to_dataset()
+    names = list(post.data_vars)
+    rhat = azs.rhat(post, var_names=names)
+    ess_b = azs.ess(post, var_names=names, method="bulk")
+    ess_t = azs.ess(post, var_names=names, method="tail")
+    stats = dt["sample_stats"].to_dataset()
+    div = int(stats["diverging"].values.sum())
+    bfmi = float(np.nanmin(_bfmi(stats["energy"].values)))
+    rows = []
+    for v in names:
+        r, b, t = float(rhat[v].max()), float(ess_b[v].min()), float(ess_t[v].min())
+        rows.append((v, int(post[v].isel(chain=0, draw=0).size), r, b, t, div, bfmi))
+    df = pd.DataFrame(
+        rows,
+        columns=["variable", "size", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"],
+    )
+    df["converged"] = (
+        (df["r_hat_max"] <= RHAT_MAX) & (df["ess_bulk_min"] >= ESS_MIN) & (df["divergences"] == 0)
+    )
+    return df
 
 
 def run_diagnostics(dt: xr.DataTree, var_names: list[str]) -> pd.DataFrame:
@@ -45,11 +83,10 @@ def run_diagnostics(dt: xr.DataTree, var_names: list[str]) -> pd.DataFrame:
     ess_b = _min_over_vars(azs.ess(post, var_names=var_names, method="bulk"), var_names)
     ess_t = _min_over_vars(azs.ess(post, var_names=var_names, method="tail"), var_names)
     stats = dt["sample_stats"].to_dataset()
-    div = stats["diverging"].sum(("chain", "draw")).values.astype(int)
-    energy = stats["energy"].values  # chain, draw, run
-    num = np.mean(np.diff(energy, axis=1) ** 2, axis=1)
-    den = np.var(energy, axis=1)
-    bfmi = np.min(num / np.where(den > 0, den, np.nan), axis=0)
+    n_runs = post.sizes["run"]
+    # a joint (hierarchical) sampler has one set of statistics for all runs
+    div = np.broadcast_to(stats["diverging"].sum(("chain", "draw")).values.astype(int), (n_runs,))
+    bfmi = np.broadcast_to(_bfmi(stats["energy"].values), (n_runs,))
     n_points = dt["constant_data"]["in_fit"].to_dataset()["in_fit"].sum("point").values.astype(int)
     converged = (rhat <= RHAT_MAX) & (ess_b >= ESS_MIN) & (div == 0)
     return pd.DataFrame(

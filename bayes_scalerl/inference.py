@@ -1,38 +1,172 @@
-"""Batched NUTS: every chain of every run in one compiled call.
+"""Batched NUTS: every chain of every run, in groups, on every local device.
 
 The functional core is NumPyro's :func:`numpyro.infer.hmc.hmc` (``init_kernel`` /
-``sample_kernel``) with a ``potential_fn_gen`` that takes one run's data, so one
-compiled program serves every run: chains and runs are flattened into "lanes" and
-``jax.vmap`` runs them side by side, each lane with its own step size and diagonal
-mass matrix adapted in its own warm-up. Shapes are bucketed (runs to a power of two
-up to ``chunk_size``, points to a multiple of 8) so a new data set of a similar size
-reuses the compiled program instead of tracing again.
+``sample_kernel``) with a ``potential_fn_gen`` that takes one run's data. One
+jit-compiled **group program** advances the chains of ``group_size`` runs in
+lock-step (``jax.vmap`` over run x chain), each chain with its own step size and
+dense mass matrix adapted in its own warm-up.
+
+How a batch of runs is laid out:
+
+- runs are cut into **chunks** of at most ``chunk_size`` (the unit of memory, of
+  checkpointing and of hand-over to an executor); a chunk's draws are copied to NumPy
+  as soon as it finishes, so device memory never holds more than a couple of chunks;
+- a chunk is cut into **groups** of ``group_size`` runs (padded with copies of its first
+  run, whose draws are discarded); every group runs the *same* compiled program, and
+  groups are dispatched round-robin to the local devices (``jax.device_put`` to device
+  ``d``; JAX's asynchronous dispatch keeps the devices busy at the same time);
+- shapes are bucketed: the group size is ``min(group_size, 2**k)`` for the smallest
+  ``2**k >= `` the chunk's run count (at least 4), points are padded to a multiple of 8,
+  so a new data set of a similar size reuses the compiled program (:func:`trace_count`).
+
+Each run's randomness is ``fold_in(key, run_index)``, drawn inside the program, so a
+run's draws depend on the seed, its data and the program only: not on the device it
+lands on, the number of devices, the chunk it is in or the executor. The same program
+(same HLO, same compile options) on identical devices gives identical bits, so a fit on
+1 or N devices, in one process or over Ray, resumed from a checkpoint or not, gives the
+same draws.
+
+The persistent JAX compilation cache is switched on when this module is imported (see
+:func:`set_compilation_cache`), so a second process loads the compiled program from
+disk instead of compiling it again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
 from numpyro.infer.hmc import hmc
 
 from .model import RunData, constrain, draw_A, log_density, make_run_data, n_dim
 from .priors import Priors
 
-__all__ = ["SamplerConfig", "Draws", "sample_window", "trace_count"]
+__all__ = [
+    "SamplerConfig",
+    "Draws",
+    "ChunkJob",
+    "sample_window",
+    "trace_count",
+    "set_compilation_cache",
+    "compilation_cache_dir",
+    "CACHE_ENV",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable naming the persistent compilation cache folder ("" turns it off).
+CACHE_ENV = "BAYES_SCALERL_CACHE_DIR"
 
 _TRACES = {"sampler": 0}
 
+#: Fields of :class:`Draws` the group program returns (R0 and rho only when they are parameters).
+_FIELDS = (
+    "z",
+    "A",
+    "B",
+    "C_mid",
+    "sigma",
+    "R0",
+    "rho",
+    "diverging",
+    "num_steps",
+    "accept_prob",
+    "energy",
+    "lp",
+    "step_size",
+)
+
 
 def trace_count() -> int:
-    """How many times the batched sampler has been traced (compiled) in this process."""
+    """How many times the group program has been traced in this process.
+
+    A program is traced once per (priors, sampler settings, group size, padded point
+    count), whatever the number of devices it then runs on; a second data set of the
+    same bucketed shape does not trace again.
+    """
     return _TRACES["sampler"]
+
+
+# ---------------------------------------------------------------------------------------------
+# persistent compilation cache
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "bayes_scalerl" / "jax"
+
+
+def compilation_cache_dir() -> str | None:
+    """The folder of JAX's persistent compilation cache in use, or ``None`` when it is off."""
+    if not jax.config.jax_enable_compilation_cache:
+        return None
+    return jax.config.jax_compilation_cache_dir or None
+
+
+def set_compilation_cache(path: str | os.PathLike | None = "default") -> str | None:
+    """Turn JAX's persistent compilation cache on (in ``path``) or off (``None`` or ``""``).
+
+    Compiled programs that took at least a second to compile are written to ``path`` and
+    loaded from there by later processes (and by Ray workers on the same machine), which
+    skips the sampler's compilation (tens of seconds on a CPU). Importing
+    ``bayes_scalerl`` calls this with the folder in the ``BAYES_SCALERL_CACHE_DIR``
+    environment variable, or ``~/.cache/bayes_scalerl/jax`` (``$XDG_CACHE_HOME`` is
+    honoured) when it is unset; an empty ``BAYES_SCALERL_CACHE_DIR`` leaves JAX's own
+    settings alone, and so does an import in a process that already set
+    ``jax_compilation_cache_dir`` itself. It does not start JAX's backends, so
+    :func:`~bayes_scalerl.use_all_cpu_cores` still works afterwards.
+
+    The cache is trusted code: do not point it at a folder others can write to.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        Cache folder (created on first write); ``"default"`` for the default folder,
+        ``None`` or ``""`` to turn the cache off.
+
+    Returns
+    -------
+    str or None
+        The folder now in use, or ``None``.
+    """
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    cc.reset_cache()  # takes effect even after something was compiled
+    if path is None or os.fspath(path) == "":
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    folder = _default_cache_dir() if os.fspath(path) == "default" else Path(os.fspath(path)).expanduser()
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    # only programs worth it (the sampler compiles for seconds; small eager ops do not)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return str(folder)
+
+
+def _configure_cache_on_import() -> None:
+    env = os.environ.get(CACHE_ENV)
+    if env == "":
+        return  # turned off: JAX's own settings stand
+    if env is None and jax.config.jax_compilation_cache_dir:
+        return  # the user configured JAX's cache already
+    set_compilation_cache(env or "default")
+
+
+_configure_cache_on_import()
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled group program
 
 
 class SamplerConfig(NamedTuple):
@@ -49,10 +183,12 @@ class SamplerConfig(NamedTuple):
         Cap on NUTS tree depth (2**depth leapfrog steps at most per iteration).
     dense_mass : bool
         Adapt a dense mass matrix per lane.
-    group_size : int
-        Runs advanced in lock-step by ``jax.vmap``; groups run one after another
-        (``jax.lax.map``) inside the same compiled call. Vmapped lanes wait for the
-        slowest lane's tree at every iteration, so small groups waste less.
+    group_size : int or None
+        Runs advanced in lock-step by ``jax.vmap`` in one call of the compiled program.
+        Vmapped lanes wait for the slowest lane's tree at every iteration, so small
+        groups waste less on a CPU; an accelerator wants many lanes per call. ``None``
+        (default): 16 on a CPU, ``chunk_size`` on a GPU/TPU. Draws depend on it (it is
+        part of the program), not on the number of devices.
     """
 
     num_chains: int = 4
@@ -61,11 +197,15 @@ class SamplerConfig(NamedTuple):
     target_accept: float = 0.99
     max_tree_depth: int = 8
     dense_mass: bool = True
-    group_size: int = 16
+    group_size: int | None = None
 
 
 class Draws(NamedTuple):
-    """Raw sampler output with shape (run, chain, draw[, dim]) in NumPy."""
+    """Raw sampler output with shape (run, chain, draw[, dim]) in NumPy.
+
+    ``R0`` (when not fitted) and ``rho`` (unless the likelihood is ``"ar1"``) are
+    read-only broadcast views of the constant values, not stored per draw.
+    """
 
     z: np.ndarray
     A: np.ndarray
@@ -73,6 +213,7 @@ class Draws(NamedTuple):
     C_mid: np.ndarray
     sigma: np.ndarray
     R0: np.ndarray
+    rho: np.ndarray
     diverging: np.ndarray
     num_steps: np.ndarray
     accept_prob: np.ndarray
@@ -81,20 +222,36 @@ class Draws(NamedTuple):
     step_size: np.ndarray  # (run, chain)
 
 
-@functools.lru_cache(maxsize=32)
-def _compiled_sampler(priors: Priors, config: SamplerConfig, n_devices: int) -> Callable:
-    """One jit-compiled batched sampler per (priors, config, device count).
+def _returned_fields(priors: Priors) -> tuple[str, ...]:
+    skip = set()
+    if not priors.R0_fitted:
+        skip.add("R0")
+    if priors.likelihood != "ar1":
+        skip.add("rho")
+    return tuple(f for f in _FIELDS if f not in skip)
 
-    It takes arrays with a leading group axis (split over ``n_devices`` devices) and a
-    lane axis (runs x chains of one group).
+
+@functools.lru_cache(maxsize=32)
+def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Callable:
+    """The jit-compiled program of one group of runs, per (priors, config, key impl).
+
+    ``program(key_data, inputs)`` takes the base PRNG key's data (``impl`` names its
+    implementation) and a dict of arrays with a leading run axis of the group size:
+    ``run_index`` (uint32, the run's position in the whole batch), ``compute``,
+    ``reward``, ``mask`` (run, point), ``R0``, ``c_ref`` (run,) and, for the binomial
+    likelihood, ``n_eval``. It returns a dict of arrays of shape (run, chain, draw[, dim])
+    (``step_size``: (run, chain)). JAX compiles it once per input shape and device.
     """
+    fields = _returned_fields(priors)
+    d = n_dim(priors)
+    c = config.num_chains
 
     def potential_gen(data: RunData):
         return lambda z: -log_density(z, data, priors)
 
     init_kernel, sample_kernel = hmc(potential_fn_gen=potential_gen, algo="NUTS")
 
-    def one_lane(key: jax.Array, z0: jax.Array, data: RunData):
+    def one_lane(key: jax.Array, z0: jax.Array, data: RunData) -> dict:
         k_init, k_a = jax.random.split(key)
         state = init_kernel(
             z0,
@@ -119,37 +276,203 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, n_devices: int) -> 
         state, (z, div, steps, acc, energy, lp) = jax.lax.scan(draw, state, None, length=config.num_samples)
         A = draw_A(k_a, z, data, priors)
         p = constrain(z, data, priors)
-        return (z, A, p.B, p.C_mid, p.sigma, p.R0, div, steps, acc, energy, lp, state.adapt_state.step_size)
+        out = {
+            "z": z,
+            "A": A,
+            "B": p.B,
+            "C_mid": p.C_mid,
+            "sigma": p.sigma,
+            "R0": p.R0,
+            "rho": p.rho,
+            "diverging": div,
+            "num_steps": steps,
+            "accept_prob": acc,
+            "energy": energy,
+            "lp": lp,
+            "step_size": state.adapt_state.step_size,
+        }
+        return {f: out[f] for f in fields}
 
-    def per_device(keys: jax.Array, z0: jax.Array, lanes: RunData):
-        # leading axis: groups on this device; each group is one vmapped batch of lanes
-        _TRACES["sampler"] += 1
-        return jax.lax.map(lambda a: jax.vmap(one_lane)(*a), (keys, z0, lanes))
+    def run_start(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # one run's chains: their keys and initial points
+        k_init, k_run = jax.random.split(key)
+        return jax.random.split(k_run, c), jax.random.uniform(k_init, (c, d), minval=-2.0, maxval=2.0)
 
-    # one code path for any device count (a plain jit compiles to slightly different
-    # floating-point code, and chains amplify last-bit differences)
-    mesh = Mesh(np.array(jax.local_devices()[:n_devices]), ("device",))
-    spec = PartitionSpec("device")
-    # numpyro's NUTS mixes device-varying and replicated values in lax.cond branches
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    def group(key_data: jax.Array, inputs: dict) -> dict:
+        _TRACES["sampler"] += 1  # runs only while JAX traces
+        key = jax.random.wrap_key_data(key_data, impl=impl)
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, inputs["run_index"])
+        data = make_run_data(
+            inputs["compute"],
+            inputs["reward"],
+            inputs["mask"],
+            inputs["R0"],
+            inputs["c_ref"],
+            priors,
+            inputs.get("n_eval"),
+        )
+        lane_keys, z0 = jax.vmap(run_start)(keys)
+        g = z0.shape[0]
+        # one vmap over run x chain lanes (a nested vmap traces twice as slowly)
+        lanes = jax.tree_util.tree_map(lambda x: jnp.repeat(x, c, axis=0), data)
+        out = jax.vmap(one_lane)(lane_keys.reshape(g * c), z0.reshape(g * c, d), lanes)
+        return jax.tree_util.tree_map(lambda x: x.reshape((g, c) + x.shape[1:]), out)
+
+    return jax.jit(group)
+
+
+# ---------------------------------------------------------------------------------------------
+# layout: chunks and groups
 
 
 def _layout(n: int, chunk_size: int, group_size: int, n_devices: int) -> tuple[int, int, int]:
-    """Bucketed run count, runs per group and devices used for a chunk of ``n`` runs.
+    """Padded run count, runs per group and devices used for a chunk of ``n`` runs.
 
-    The run count is the smallest power of two >= n (at least 4) capped at
-    ``chunk_size``; groups hold ``min(group_size, that)`` runs whatever the device
-    count, so every group computes the same thing on any device, and the number of
-    groups is padded to a multiple of the devices used (a power of two).
+    Groups hold ``min(group_size, 2**k)`` runs, ``2**k`` the smallest power of two
+    >= ``n`` (at least 4), whatever the device count, so every group runs the same
+    program on any device. The chunk is padded to whole groups, and the number of
+    groups to a multiple of the devices it uses (``min(n_devices, groups)``), so the
+    last round of a chunk keeps every device busy (full chunks of power-of-two sizes
+    need no such padding).
     """
-    size = min(chunk_size, max(4, 1 << (n - 1).bit_length()))
-    gsize = min(group_size, size)
-    n_groups = -(-size // gsize)
-    devices = 1
-    while devices * 2 <= n_devices:
-        devices *= 2
-    n_groups = devices * -(-n_groups // devices)
-    return n_groups * gsize, gsize, devices
+    n = max(1, min(n, chunk_size))
+    gsize = min(group_size, max(4, 1 << (n - 1).bit_length()))
+    n_groups = -(-n // gsize)
+    used = max(1, min(n_devices, n_groups))
+    n_groups = used * -(-n_groups // used)
+    return n_groups * gsize, gsize, used
+
+
+def _default_group_size(platform: str, chunk_size: int) -> int:
+    return 16 if platform == "cpu" else int(chunk_size)
+
+
+class ChunkJob(NamedTuple):
+    """One chunk of runs, ready to hand to an executor.
+
+    Attributes
+    ----------
+    index : int
+        Chunk number (its checkpoint file).
+    lo, hi : int
+        The chunk holds runs ``lo`` to ``hi - 1`` of the batch.
+    key_data : numpy.ndarray
+        Data of the base PRNG key (every run folds its index into it).
+    inputs : dict of numpy.ndarray
+        Arrays of shape (group, group size, ...) for the group program.
+    """
+
+    index: int
+    lo: int
+    hi: int
+    key_data: np.ndarray
+    inputs: dict
+
+    @property
+    def n_real(self) -> int:
+        return self.hi - self.lo
+
+
+def _padded_inputs(window, priors: Priors) -> dict[str, np.ndarray]:
+    """The window's arrays with points padded to a multiple of 8 (the bucketed width)."""
+    n_points = window.reward.shape[1]
+    width = max(8, 8 * math.ceil(n_points / 8))
+    pad_p = width - n_points
+
+    def pad_points(a, fill_last=True):
+        a = np.asarray(a)
+        if pad_p == 0:
+            return a
+        tail = np.repeat(a[:, -1:], pad_p, axis=1) if fill_last else np.zeros((a.shape[0], pad_p), a.dtype)
+        return np.concatenate([a, tail], axis=1)
+
+    out = {
+        "compute": pad_points(np.asarray(window.compute, dtype=np.float64)),
+        "reward": pad_points(np.asarray(window.reward, dtype=np.float64)),
+        "mask": pad_points(np.asarray(window.mask, dtype=bool), fill_last=False),
+        "R0": np.asarray(window.R0, dtype=np.float64),
+        "c_ref": np.asarray(window.c_ref, dtype=np.float64),
+    }
+    if priors.likelihood == "binomial":
+        if window.n_eval is None or np.isnan(window.n_eval[window.mask]).any():
+            raise ValueError("the binomial likelihood needs an n_eval column (graded generations per point)")
+        out["n_eval"] = pad_points(np.asarray(window.n_eval, dtype=np.float64))
+    return out
+
+
+def _chunk_job(index, lo, hi, key_data, arrays, chunk_size, group_size, n_devices) -> ChunkJob:
+    size, gsize, _ = _layout(hi - lo, chunk_size, group_size, n_devices)
+    idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
+    inputs = {k: v[idx].reshape((-1, gsize) + v.shape[1:]) for k, v in arrays.items()}
+    inputs["run_index"] = idx.astype(np.uint32).reshape(-1, gsize)
+    return ChunkJob(index, lo, hi, key_data, inputs)
+
+
+def _key_parts(key) -> tuple[np.ndarray, str]:
+    """(key data, implementation name) of a typed or raw (uint32) PRNG key."""
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    if key.shape != ():
+        raise ValueError(f"expected a single PRNG key, got shape {key.shape}")
+    return np.asarray(jax.random.key_data(key)), str(jax.random.key_impl(key))
+
+
+def _fingerprint(
+    arrays: dict, priors: Priors, config: SamplerConfig, key_data: np.ndarray, impl: str, chunk_size: int
+) -> dict[str, str]:
+    """Hashes of everything a chunk's draws depend on, by part (for the checkpoint manifest)."""
+    import jaxlib
+    import numpyro
+
+    from . import __version__
+
+    def h(*items) -> str:
+        m = hashlib.sha256()
+        for it in items:
+            if isinstance(it, np.ndarray):
+                m.update(f"{it.dtype.str}{it.shape}".encode())
+                m.update(np.ascontiguousarray(it).tobytes())
+            else:
+                m.update(json.dumps(it, sort_keys=True, default=str).encode())
+        return m.hexdigest()[:32]
+
+    return {
+        "data": h(*(x for k in sorted(arrays) for x in (k, arrays[k]))),
+        "priors": h(priors.to_dict()),
+        "sampler": h(config._asdict()),
+        "seed": h(key_data, impl),
+        "chunking": h(int(chunk_size)),
+        "versions": h(__version__, jax.__version__, jaxlib.__version__, numpyro.__version__),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+class _Output:
+    """Preallocated NumPy arrays of every run's draws, filled chunk by chunk."""
+
+    def __init__(self, n_runs: int, window_R0: np.ndarray, config: SamplerConfig):
+        self.n = n_runs
+        self.R0 = np.asarray(window_R0, dtype=np.float64)
+        self.shape = (n_runs, config.num_chains, config.num_samples)
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def put(self, lo: int, hi: int, chunk: dict) -> None:
+        for k, v in chunk.items():
+            if k not in self.arrays:
+                self.arrays[k] = np.empty((self.n,) + v.shape[1:], v.dtype)
+            self.arrays[k][lo:hi] = v
+
+    def draws(self) -> Draws:
+        a = dict(self.arrays)
+        if "R0" not in a:
+            a["R0"] = np.broadcast_to(self.R0[:, None, None], self.shape)
+        if "rho" not in a:
+            a["rho"] = np.broadcast_to(np.zeros((), np.float64), self.shape)
+        return Draws(**{f: a[f] for f in _FIELDS})
 
 
 def sample_window(
@@ -161,83 +484,116 @@ def sample_window(
     chunk_size: int = 512,
     progress: bool | None = None,
     n_devices: int | None = None,
+    group_size: int | None = None,
+    executor: Any = "local",
+    checkpoint_dir: str | os.PathLike | None = None,
 ) -> Draws:
     """Sample every run of a :class:`~bayes_scalerl.data.FitWindow`.
 
-    Runs are cut into chunks of at most ``chunk_size``; each chunk is padded (with
-    copies of its first run, whose draws are discarded) to a bucketed size so that
-    chunks of any size below it reuse one compiled program.
+    Runs are cut into chunks of at most ``chunk_size`` and chunks into groups that run
+    one compiled program each, round-robin over the local devices (see the module
+    docstring). Run ``i`` draws its randomness from ``fold_in(key, i)``: the draws do
+    not depend on ``n_devices``, ``executor`` or on resuming from ``checkpoint_dir``.
 
     Parameters
     ----------
     key : jax.Array
-        PRNG key; chunk ``i`` uses ``fold_in(key, i)``.
+        PRNG key (typed, or a raw uint32 key).
     window : FitWindow
         Padded data from :meth:`Runs.window`.
     priors : Priors
     config : SamplerConfig
     chunk_size : int
-        Most runs per compiled call (bounds memory).
+        Most runs per chunk (bounds memory: a chunk's draws are moved to NumPy, and
+        written to ``checkpoint_dir``, as soon as it is done).
     progress : bool, optional
-        Show a progress bar over chunks (default: when there is more than one chunk).
+        Show a progress bar over runs (default: when there is more than one chunk).
     n_devices : int, optional
-        Local devices to spread groups over (default: all; on a CPU set
-        ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before importing JAX to
-        use N cores). Results do not depend on it.
+        Local devices to spread groups over (default: all; on a CPU call
+        :func:`~bayes_scalerl.use_all_cpu_cores` first, or set
+        ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before importing JAX).
+        Results do not depend on it.
+    group_size : int, optional
+        Overrides ``config.group_size`` (runs per compiled call; part of the program,
+        so draws depend on it). Default: 16 on a CPU, ``chunk_size`` on an accelerator.
+    executor : {"local", "ray"} or executor object
+        ``"local"``: this process's devices. ``"ray"``: one Ray task per chunk (see
+        :class:`bayes_scalerl.executors.RayExecutor`; connects to the Ray instance
+        already initialised, else starts or joins one with ``ray.init()``). Any object
+        with the ``map(jobs, priors, config, impl)`` method of
+        :class:`~bayes_scalerl.executors.LocalExecutor` works too.
+    checkpoint_dir : str or os.PathLike, optional
+        Folder to write each finished chunk to (``chunk-NNNNNN.npz``, atomically) with a
+        ``manifest.json`` fingerprint of the inputs. Run again with the same inputs, a
+        fit loads the finished chunks instead of sampling them again and samples only the
+        rest; the result equals an uninterrupted run's. A folder holding chunks of
+        different inputs (data, priors, sampler settings, seed, chunk size, versions) is
+        refused with :class:`~bayes_scalerl.checkpoint.CheckpointMismatch`.
 
     Returns
     -------
     Draws
     """
-    n_runs, n_points = window.reward.shape
-    width = max(8, 8 * math.ceil(n_points / 8))
-    pad_p = width - n_points
+    from .executors import resolve_executor
 
-    def pad_points(a, fill_last=True):
-        if pad_p == 0:
-            return a
-        tail = np.repeat(a[:, -1:], pad_p, axis=1) if fill_last else np.zeros((a.shape[0], pad_p), a.dtype)
-        return np.concatenate([a, tail], axis=1)
+    if int(chunk_size) != chunk_size or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    chunk_size = int(chunk_size)
+    arrays = _padded_inputs(window, priors)
+    n_runs = arrays["reward"].shape[0]
+    if n_runs == 0:
+        raise ValueError("no runs to fit")
+    exe = resolve_executor(executor, n_devices=n_devices)
+    gs = group_size if group_size is not None else config.group_size
+    if gs is None:
+        gs = _default_group_size(exe.platform, chunk_size)
+    if int(gs) != gs or gs < 1:
+        raise ValueError(f"group_size must be a positive integer, got {gs!r}")
+    config = config._replace(group_size=int(gs))
+    key_data, impl = _key_parts(key)
+    chunks = [(i, lo, min(lo + chunk_size, n_runs)) for i, lo in enumerate(range(0, n_runs, chunk_size))]
 
-    compute = pad_points(window.compute)
-    reward = pad_points(window.reward)
-    mask = pad_points(window.mask, fill_last=False)
-    d = n_dim(priors)
-    n_dev = len(jax.local_devices()) if n_devices is None else int(n_devices)
-    chunks = [(s, min(s + chunk_size, n_runs)) for s in range(0, n_runs, chunk_size)]
+    out = _Output(n_runs, window.R0, config)
+    store = None
+    if checkpoint_dir is not None:
+        from .checkpoint import ChunkStore
+
+        manifest = {
+            "parts": _fingerprint(arrays, priors, config, key_data, impl, chunk_size),
+            "n_runs": n_runs,
+            "n_chunks": len(chunks),
+            "chunk_size": chunk_size,
+            "sampler": config._asdict(),
+            "priors": priors.to_dict(),
+        }
+        store = ChunkStore.open(checkpoint_dir, manifest)
+    todo = []
+    for i, lo, hi in chunks:
+        if store is not None and store.has(i):
+            out.put(lo, hi, store.load(i, n_runs=hi - lo))
+            logger.info("chunk %d (runs %d-%d) loaded from %s, not sampled again", i, lo, hi - 1, store.path)
+        else:
+            todo.append((i, lo, hi))
+    done_runs = n_runs - sum(hi - lo for _, lo, hi in todo)
+
     show = (len(chunks) > 1) if progress is None else progress
     bar = None
     if show:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n_runs, unit="run", desc="NUTS")
-    outs = []
-    for i, (lo, hi) in enumerate(chunks):
-        size, gsize, devices = _layout(hi - lo, chunk_size, config.group_size, n_dev)
-        idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
-        data = make_run_data(compute[idx], reward[idx], mask[idx], window.R0[idx], window.c_ref[idx], priors)
-        # randomness is drawn per run, before the layout, so it does not depend on the devices
-        k_init, k_run = jax.random.split(jax.random.fold_in(key, i))
-        c = config.num_chains
-        z0 = jax.random.uniform(k_init, (size * c, d), minval=-2.0, maxval=2.0)
-        keys = jax.random.split(k_run, size * c)
-        lanes = jax.tree_util.tree_map(lambda x, c=c: jnp.repeat(x, c, axis=0), data)
-
-        def grouped(x, gsize=gsize, c=c):  # (run * chain, ...) -> (group, gsize * chain, ...)
-            return x.reshape((-1, gsize * c) + x.shape[1:])
-
-        res = _compiled_sampler(priors, config, devices)(
-            grouped(keys), grouped(z0), jax.tree_util.tree_map(grouped, lanes)
-        )
-        n_real = hi - lo
-        res = jax.tree_util.tree_map(
-            lambda x, n_real=n_real, size=size, c=c: np.asarray(x).reshape((size, c) + x.shape[2:])[:n_real],
-            res,
-        )
-        outs.append(res)
+        bar = tqdm(total=n_runs, initial=done_runs, unit="run", desc="NUTS")
+    jobs: Iterator[ChunkJob] = (
+        _chunk_job(i, lo, hi, key_data, arrays, chunk_size, config.group_size, exe.n_devices)
+        for i, lo, hi in todo
+    )
+    try:
+        for job, result in exe.map(jobs, priors, config, impl):
+            if store is not None:
+                store.save(job.index, result)
+            out.put(job.lo, job.hi, result)
+            if bar is not None:
+                bar.update(job.n_real)
+    finally:
         if bar is not None:
-            bar.update(hi - lo)
-    if bar is not None:
-        bar.close()
-    merged = [np.concatenate([o[j] for o in outs], axis=0) for j in range(len(outs[0]))]
-    return Draws(*merged)
+            bar.close()
+    return out.draws()

@@ -43,6 +43,8 @@ __all__ = [
     "RunData",
     "Constrained",
     "make_run_data",
+    "binomial_variance",
+    "z_index",
     "constrain",
     "log_density",
     "gain_conditional",
@@ -72,6 +74,9 @@ class RunData(NamedTuple):
         Prior median of ``log C_mid``.
     log_c_anchor : array, shape ()
         Log-midpoint of the fitted compute range (anchor of the sampled coordinates).
+    bvar : array, shape (point,)
+        Binomial sampling variance of each point, ``p (1 - p) / n_eval`` (0 unless the
+        likelihood is ``"binomial"``).
     """
 
     log_c: jax.Array
@@ -81,6 +86,7 @@ class RunData(NamedTuple):
     R0: jax.Array
     log_c_mid_loc: jax.Array
     log_c_anchor: jax.Array
+    bvar: jax.Array
 
 
 class Constrained(NamedTuple):
@@ -91,6 +97,7 @@ class Constrained(NamedTuple):
     sigma: jax.Array
     R0: jax.Array
     log_jac: jax.Array  # log |d(log B, log C_mid) / d(z0, z1)| + log |dB/dlogB| omitted
+    rho: jax.Array  # AR(1) correlation (0 unless the likelihood is "ar1")
 
     @property
     def B(self) -> jax.Array:
@@ -101,8 +108,21 @@ class Constrained(NamedTuple):
         return jnp.exp(self.log_C_mid)
 
 
-def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors) -> RunData:
-    """Build :class:`RunData` (batched over a leading run axis) from padded arrays."""
+def binomial_variance(reward, n_eval):
+    """Sampling variance ``p (1 - p) / n`` of a mean of ``n`` graded generations.
+
+    ``p`` is the observed pass rate shrunk towards 1/2 as ``(y n + 0.5) / (n + 1)``, so a
+    pass rate of exactly 0 or 1 still has a positive variance.
+    """
+    p = (reward * n_eval + 0.5) / (n_eval + 1.0)
+    return p * (1.0 - p) / n_eval
+
+
+def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None) -> RunData:
+    """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
+
+    ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only.
+    """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
     log_c = jnp.log(jnp.where(positive, compute, 1.0))
@@ -113,20 +133,42 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors) -> RunData:
     mask_ = jnp.asarray(mask, dtype=bool) & positive
     hi = jnp.max(jnp.where(mask_, log_c, -jnp.inf), axis=-1)
     lo = jnp.min(jnp.where(mask_, log_c, jnp.inf), axis=-1)
+    y = jnp.asarray(reward, dtype=jnp.float64)
+    if priors.likelihood == "binomial":
+        if n_eval is None:
+            raise ValueError("the binomial likelihood needs the n_eval column")
+        bvar = binomial_variance(y, jnp.asarray(n_eval, dtype=jnp.float64))
+    else:
+        bvar = jnp.zeros_like(y)
     return RunData(
         log_c=log_c,
         positive=positive,
-        y=jnp.asarray(reward, dtype=jnp.float64),
+        y=y,
         mask=jnp.asarray(mask, dtype=bool),
         R0=jnp.asarray(R0, dtype=jnp.float64),
         log_c_mid_loc=loc,
         log_c_anchor=0.5 * (lo + hi),
+        bvar=bvar,
     )
+
+
+def z_index(priors: Priors) -> dict[str, int]:
+    """Position of each optional coordinate in ``z`` (after ``log S, v, log sigma``)."""
+    idx, i = {}, 3
+    for name, on in (
+        ("R0", priors.R0_fitted),
+        ("rho", priors.likelihood == "ar1"),
+        ("gain", priors.likelihood == "student_t"),
+    ):
+        if on:
+            idx[name] = i
+            i += 1
+    return idx
 
 
 def n_dim(priors: Priors) -> int:
     """Number of unconstrained coordinates NUTS samples."""
-    return 4 if priors.R0_fitted else 3
+    return 3 + len(z_index(priors))
 
 
 def constrain(z: jax.Array, data: RunData, priors: Priors) -> Constrained:
@@ -138,14 +180,16 @@ def constrain(z: jax.Array, data: RunData, priors: Priors) -> Constrained:
     log_B = log_S + jax.nn.softplus(x)  # B = S / (1 - s_a)
     log_C = data.log_c_anchor - x * jnp.exp(-log_B)
     sigma = priors.sigma_scale * jnp.exp(z[..., 2])
+    idx = z_index(priors)
     if priors.R0_fitted:
-        R0 = jax.nn.sigmoid(z[..., 3])
+        R0 = jax.nn.sigmoid(z[..., idx["R0"]])
     else:
         R0 = jnp.broadcast_to(data.R0, log_B.shape)
+    rho = jnp.tanh(z[..., idx["rho"]]) if "rho" in idx else jnp.zeros_like(log_B)
     # |d(B, log C_mid)/d(S, s_a)| = 1/(s_a (1-s_a) S); ds_a/dx = s_a (1 - s_a); dS/dlogS = S;
     # dx/dv = -sigmoid(v)/softplus(v): so |d(B, log C)/dz| = sigmoid(v) / softplus(v).
     log_jac = jax.nn.log_sigmoid(v) - jnp.log(sp)
-    return Constrained(log_B, log_C, sigma, R0, log_jac)
+    return Constrained(log_B, log_C, sigma, R0, log_jac, rho)
 
 
 def _log_prior(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> jax.Array:
@@ -156,8 +200,11 @@ def _log_prior(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> j
     lp += p.log_jac
     # sigma ~ HalfNormal(scale): density in t = log(sigma/scale) is exp(t) HN(exp(t))
     lp += z[2] - 0.5 * jnp.exp(2.0 * z[2])
-    if priors.R0_fitted:  # R0 ~ Uniform(0, 1), R0 = sigmoid(z3)
-        lp += jax.nn.log_sigmoid(z[3]) + jax.nn.log_sigmoid(-z[3])
+    idx = z_index(priors)
+    if priors.R0_fitted:  # R0 ~ Uniform(0, 1), R0 = sigmoid(z)
+        lp += jax.nn.log_sigmoid(z[idx["R0"]]) + jax.nn.log_sigmoid(-z[idx["R0"]])
+    if "rho" in idx:  # atanh(rho) = z ~ Normal(0, rho_scale)
+        lp += -0.5 * (z[idx["rho"]] / priors.rho_scale) ** 2
     return lp
 
 
@@ -184,7 +231,16 @@ class GainConditional(NamedTuple):
 
 
 def gain_conditional(
-    log_B: jax.Array, log_C_mid: jax.Array, sigma: jax.Array, R0: jax.Array, data: RunData, priors: Priors
+    log_B: jax.Array,
+    log_C_mid: jax.Array,
+    sigma: jax.Array,
+    R0: jax.Array,
+    data: RunData,
+    priors: Priors,
+    *,
+    A_loc: jax.Array | None = None,
+    A_scale: jax.Array | None = None,
+    rho: jax.Array | None = None,
 ) -> GainConditional:
     """The gain's conditional posterior and the marginal likelihood it leaves.
 
@@ -192,24 +248,43 @@ def gain_conditional(
     fraction at each point,
     ``y_i - R0 = g s_i + eps_i``, so ``p(g | rest)`` is a normal truncated to
     ``(0, 1 - R0)`` and ``log_norm = log p(y | B, C_mid, sigma, R0)``.
+
+    ``A_loc`` and ``A_scale`` (traced arrays) replace the prior of ``priors`` by a
+    Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)``: the hierarchical model
+    passes each run's recipe mean and seed spread this way.
+
+    The noise is Gaussian with variance ``sigma^2 + data.bvar`` per point (``bvar`` is
+    the binomial term, 0 for other likelihoods); with ``rho`` the errors of consecutive
+    fitted points are AR(1), handled by whitening (the gain stays linear, so the
+    integral stays closed-form).
     """
     x = jnp.exp(log_B) * (data.log_c - log_C_mid)
     s = jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
     m = data.mask.astype(s.dtype)
     r = data.y - R0
     n = m.sum()
-    Ss = jnp.sum(m * s * s)
-    Sy = jnp.sum(m * s * r)
-    rss0 = jnp.sum(m * r * r)
-    var = sigma**2
+    var = sigma**2 + data.bvar  # bvar is 0 unless the likelihood is binomial
+    if rho is not None:
+        # AR(1) across consecutive fitted points: whiten, e_t - rho e_{t-1} ~ N(0, sigma^2 (1 - rho^2))
+        prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
+        s_prev = jnp.concatenate([jnp.zeros((1,)), s[:-1]])
+        r_prev = jnp.concatenate([jnp.zeros((1,)), r[:-1]])
+        s = jnp.where(prev, s - rho * s_prev, s)
+        r = jnp.where(prev, r - rho * r_prev, r)
+        var = jnp.where(prev, var * (1.0 - rho**2), var)
+    w = m / var
+    Ss = jnp.sum(w * s * s)
+    Sy = jnp.sum(w * s * r)
+    rss0 = jnp.sum(w * r * r)
+    log_det = jnp.sum(m * jnp.log(var))
     upper = 1.0 - R0
-    if priors.A_uniform:
+    if A_loc is None and priors.A_uniform:
         prec_prior = 0.0
         h_prior = 0.0
         const = -jnp.log(upper)
     else:
-        mu0 = priors.A_loc - R0
-        tau = priors.A_scale
+        mu0 = (priors.A_loc if A_loc is None else A_loc) - R0
+        tau = priors.A_scale if A_scale is None else A_scale
         prec_prior = 1.0 / tau**2
         h_prior = mu0 / tau**2
         const = (
@@ -218,14 +293,15 @@ def gain_conditional(
             - 0.5 * _LOG_2PI
             - _log_diff_ndtr(-mu0 / tau, (upper - mu0) / tau)
         )
-    prec = jnp.maximum(Ss / var + prec_prior, 1e-300)
-    h = Sy / var + h_prior
+    prec = jnp.maximum(Ss + prec_prior, 1e-300)
+    h = Sy + h_prior
     mean = h / prec
     sd = 1.0 / jnp.sqrt(prec)
     log_mass = _log_diff_ndtr(-mean / sd, (upper - mean) / sd)
     log_norm = (
-        -0.5 * n * (_LOG_2PI + jnp.log(var))
-        - 0.5 * rss0 / var
+        -0.5 * n * _LOG_2PI
+        - 0.5 * log_det
+        - 0.5 * rss0
         + 0.5 * h * mean
         + 0.5 * (_LOG_2PI - jnp.log(prec))
         + log_mass
@@ -234,10 +310,38 @@ def gain_conditional(
     return GainConditional(mean, sd, upper, log_norm)
 
 
+def _log_prior_A(A: jax.Array, R0: jax.Array, priors: Priors) -> jax.Array:
+    """Log prior density of ``A`` on ``(R0, 1)``."""
+    if priors.A_uniform:
+        return -jnp.log(1.0 - R0)
+    mu, tau = priors.A_loc, priors.A_scale
+    return (
+        -0.5 * ((A - mu) / tau) ** 2
+        - jnp.log(tau)
+        - 0.5 * _LOG_2PI
+        - _log_diff_ndtr((R0 - mu) / tau, (1.0 - mu) / tau)
+    )
+
+
+def _student_t_loglik(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> jax.Array:
+    """Log prior of the sampled gain plus the Student-t log-likelihood (``A`` not integrated out)."""
+    u = z[z_index(priors)["gain"]]
+    upper = 1.0 - p.R0
+    A = p.R0 + upper * jax.nn.sigmoid(u)
+    lp = _log_prior_A(A, p.R0, priors) + jnp.log(upper) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
+    x = jnp.exp(p.log_B) * (data.log_c - p.log_C_mid)
+    mu = p.R0 + (A - p.R0) * jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
+    ll = dist.StudentT(priors.nu, mu, p.sigma).log_prob(data.y)
+    return lp + jnp.sum(jnp.where(data.mask, ll, 0.0))
+
+
 def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Log posterior density (up to a constant) of one run's unconstrained ``z``."""
     p = constrain(z, data, priors)
-    cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors)
+    if priors.likelihood == "student_t":
+        return _log_prior(z, p, data, priors) + _student_t_loglik(z, p, data, priors)
+    rho = p.rho if priors.likelihood == "ar1" else None
+    cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors, rho=rho)
     return _log_prior(z, p, data, priors) + cond.log_norm
 
 
@@ -264,8 +368,15 @@ def _truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
 def draw_A(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Exact draw of ``A`` given one run's ``z`` (any leading sample shape)."""
     p = constrain(z, data, priors)
-    cond = jax.vmap(lambda lb, lc, s, r0: gain_conditional(lb, lc, s, r0, data, priors), in_axes=0)(
-        p.log_B.reshape(-1), p.log_C_mid.reshape(-1), p.sigma.reshape(-1), p.R0.reshape(-1)
+    if priors.likelihood == "student_t":  # A is sampled, not integrated out
+        return p.R0 + (1.0 - p.R0) * jax.nn.sigmoid(z[..., z_index(priors)["gain"]])
+    use_rho = priors.likelihood == "ar1"
+
+    def one(lb, lc, s, r0, rho):
+        return gain_conditional(lb, lc, s, r0, data, priors, rho=rho if use_rho else None)
+
+    cond = jax.vmap(one)(
+        p.log_B.reshape(-1), p.log_C_mid.reshape(-1), p.sigma.reshape(-1), p.R0.reshape(-1), p.rho.reshape(-1)
     )
     g = _truncnorm_draw(key, cond.mean, cond.sd, cond.upper)
     return (p.R0.reshape(-1) + g).reshape(p.log_B.shape)

@@ -1,7 +1,15 @@
-"""Plots in the paper's style: log compute, fit window solid, extrapolation dotted."""
+"""Plots in the paper's style: log compute, fit window solid, extrapolation dotted.
+
+Every function takes a :class:`~bayes_scalerl.results.FitResult` and returns a
+:class:`matplotlib.figure.Figure` (close it with ``plt.close(fig)`` when done). Colours
+are the Okabe-Ito palette, which stays distinguishable with colour-blindness; runs
+overlaid in one panel also differ by marker shape, so figures read in greyscale print.
+"""
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -10,12 +18,184 @@ import matplotlib
 matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from .curve import linearised  # noqa: E402
 from .results import FitResult  # noqa: E402
 
-__all__ = ["plot_curves"]
+__all__ = ["plot_curves", "plot_forest", "plot_linearised"]
+
+#: Okabe-Ito colours, in the order runs get them (yellow last: weak on white paper).
+_PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
+#: Font sizes in points.
+_FS_TITLE, _FS_LABEL, _FS_TICK, _FS_LEGEND = 9.5, 9.0, 8.0, 8.0
+_GRID = dict(color="0.85", lw=0.5)
+_FIT_END = dict(color="0.55", lw=0.8, ls=(0, (4, 3)))
 
 
+# ---------------------------------------------------------------------- helpers
+def _text(s: object) -> str:
+    """A label matplotlib shows verbatim (``$`` would start mathtext)."""
+    return str(s).replace("$", r"\$")
+
+
+def _fmt_compute(x: float, _pos=None) -> str:
+    """``1500 -> '1.5k'``, ``2e6 -> '2M'``: compact tick labels for compute."""
+    if x <= 0 or not math.isfinite(x):
+        return ""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def _log_compute_axis(ax, *, label: str = "compute") -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_compute))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=np.arange(1, 10)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(label, fontsize=_FS_LABEL)
+
+
+def _style_axes(ax) -> None:
+    ax.tick_params(labelsize=_FS_TICK, which="both")
+    ax.grid(True, which="major", **_GRID)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _index(result: FitResult) -> dict[str, int]:
+    return {r: i for i, r in enumerate(result.run_names)}
+
+
+def _check_runs(result: FitResult, runs: Sequence[str] | None) -> list[str]:
+    if runs is None:
+        return result.run_names
+    names = [str(r) for r in runs]
+    lookup = _index(result)
+    missing = [r for r in names if r not in lookup]
+    if missing:
+        raise KeyError(f"unknown run(s): {', '.join(map(repr, missing))}")
+    return names
+
+
+def _run_points(result: FitResult, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute, reward and in-fit flag of run ``i``, without the NaN padding."""
+    c = result.dt["constant_data"]["compute"].values[i]
+    y = result.dt["observed_data"]["reward"].values[i]
+    f = result.dt["constant_data"]["in_fit"].values[i].astype(bool)
+    ok = ~np.isnan(c)
+    return c[ok], y[ok], f[ok]
+
+
+def _R0_median(result: FitResult, i: int) -> float:
+    if "R0" in result.dt["posterior"].data_vars:
+        return float(np.median(result.draws("R0")[i]))
+    return float(result.dt["constant_data"]["R0_obs"].values[i])
+
+
+def _groups(result: FitResult, group_by: str | None) -> np.ndarray | None:
+    """The group label of every run (``None`` when not grouping)."""
+    if group_by is None:
+        return None
+    cd = result.dt["constant_data"]
+    if group_by not in cd.data_vars or cd[group_by].dims != ("run",):
+        have = sorted(k for k, v in cd.data_vars.items() if v.dims == ("run",) and k != "R0_obs")
+        raise ValueError(
+            f"group_by={group_by!r}: the fit has no per-run {group_by!r} column "
+            f"(per-run columns: {', '.join(have) or 'none'}); fit with a {group_by!r} column in the data"
+        )
+    return np.array([str(v) for v in cd[group_by].values])
+
+
+def _panels(result: FitResult, names: list[str], group_by: str | None) -> list[tuple[str, list[str]]]:
+    """``(title, runs)`` of each panel: one run each, or the runs of each group."""
+    if group_by is None:
+        return [(n, [n]) for n in names]
+    labels = _groups(result, group_by)
+    lookup = _index(result)
+    panels: dict[str, list[str]] = {}
+    for n in names:
+        panels.setdefault(labels[lookup[n]], []).append(n)
+    return list(panels.items())
+
+
+def _short_label(run: str, group: str) -> str:
+    """The run's name without its group's name in front (``'ScaleRL/s0'`` in ``ScaleRL`` -> ``'s0'``)."""
+    if run.startswith(group):
+        rest = run[len(group) :].lstrip("/_-: .")
+        if rest:
+            return rest
+    return run
+
+
+#: Width (inches) added to a figure of one or two columns for the legend on its right.
+_SIDE_LEGEND_WIDTH = 2.3
+
+
+def _panel_grid(n: int, ncols: int, size: tuple[float, float], *, sharey: bool):
+    """A grid of ``n`` panels (unused cells removed); narrow grids get room for a side legend."""
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    extra = _SIDE_LEGEND_WIDTH if ncols < 3 else 0.0
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(size[0] * ncols + extra, size[1] * nrows + (0.3 if extra else 0.5)),
+        squeeze=False,
+        sharey=sharey,
+        layout="constrained",
+    )
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.remove()
+    for k, ax in enumerate(flat[:n]):
+        if sharey and k % ncols != 0:
+            ax.tick_params(labelleft=False)
+    return fig, flat[:n], ncols
+
+
+def _fit_end(f: np.ndarray, c: np.ndarray) -> float:
+    return float(c[f].max()) if f.any() else float(np.nanmax(c))
+
+
+def _style_legend(band_label: str | None) -> list:
+    """Legend entries explaining the line styles and markers of the curve panels."""
+    ink = "0.15"
+    items = [
+        Line2D([], [], color=ink, lw=1.8, label="median, fit window"),
+        Line2D([], [], color=ink, lw=1.8, ls=":", label="median, extrapolated"),
+    ]
+    if band_label is not None:
+        items.append(Patch(color=ink, alpha=0.2, lw=0, label=band_label))
+    items += [
+        Line2D([], [], color=ink, marker="o", ls="none", ms=4.5, label="fitted point"),
+        Line2D([], [], color=ink, marker="o", mfc="white", ls="none", ms=4.5, label="not fitted"),
+        Line2D([], [], **_FIT_END, label="end of fit window"),
+    ]
+    return items
+
+
+def _figure_legend(fig, items: list, ncol: int | None = None, *, narrow: bool = False) -> None:
+    """One legend for the whole figure: above the panels, or right of them when ``narrow``."""
+    fig.legend(
+        handles=items,
+        loc="outside right upper" if narrow else "outside upper center",
+        ncol=1 if narrow else (ncol or len(items)),
+        fontsize=_FS_LEGEND,
+        frameon=False,
+        handlelength=2.2,
+        columnspacing=1.4,
+    )
+
+
+# ---------------------------------------------------------------------- curves
 def plot_curves(
     result: FitResult,
     *,
@@ -24,58 +204,415 @@ def plot_curves(
     ci_prob: float = 0.9,
     max_panels: int = 24,
     ncols: int = 4,
-):
-    """One panel per run: data, posterior median curve and predictive band.
+    group_by: str | None = None,
+    kind: str = "observation",
+    seed: int = 0,
+) -> Figure:
+    """Data, posterior median curve and band against compute, one panel per run or per group.
 
-    Fitted points are filled, held-out points open; the median is solid inside the
-    fit window and dotted beyond it; the band is the central ``ci_prob`` interval of a
-    new evaluation. The compute axis is logarithmic.
+    Fitted points are filled, points outside the likelihood (the transient before
+    ``min_compute``, held-out points after ``fit_until``) open; the median curve is solid
+    inside the fit window and dotted beyond it (the dashed grey line marks the end of the
+    window); the shaded band is the central ``ci_prob`` interval. The compute axis is
+    logarithmic and all panels share the reward axis.
+
+    Parameters
+    ----------
+    result : FitResult
+        The fit.
+    runs : sequence of str, optional
+        Runs to show (default all, in fit order).
+    max_compute : float, optional
+        Right end of the predicted curve (default: the larger of the last evaluation and
+        twice the end of the fit window). Points beyond it are still drawn.
+    ci_prob : float
+        Probability mass of the band.
+    max_panels : int
+        At most this many panels; further runs or groups are left out.
+    ncols : int
+        Panels per row.
+    group_by : str, optional
+        A per-run column of the data (``"recipe"``, ``"task"``, ...): one panel per group
+        with its runs overlaid in different colours and markers. ``None``: one panel per run.
+    kind : {"observation", "curve"}
+        Band of a new evaluation (curve plus noise, default) or of the noise-free curve.
+    seed : int
+        Seed of the predictive noise draws.
 
     Returns
     -------
     matplotlib.figure.Figure
+        One axes per panel.
+
+    Examples
+    --------
+    >>> fig = plot_curves(result, group_by="recipe")  # doctest: +SKIP
+    >>> fig.savefig("curves.png", dpi=150)            # doctest: +SKIP
     """
-    names = list(runs) if runs is not None else result.run_names[:max_panels]
-    cd = result.dt["constant_data"].to_dataset()
-    od = result.dt["observed_data"].to_dataset()
-    lookup = {r: i for i, r in enumerate(result.run_names)}
-    n = len(names)
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.8 * nrows), squeeze=False, sharey=True)
+    if not 0 < ci_prob < 1:
+        raise ValueError(f"ci_prob must be in (0, 1), got {ci_prob!r}")
+    if kind not in ("observation", "curve"):
+        raise ValueError(f"kind must be 'observation' or 'curve', got {kind!r}")
+    names = _check_runs(result, runs)
+    panels = _panels(result, names, group_by)[:max_panels]
+    if not panels:
+        raise ValueError("no runs to plot")
+    overlay = group_by is not None
+    lookup = _index(result)
+    fig, axes, ncols = _panel_grid(len(panels), ncols, (3.2, 2.55), sharey=True)
     lo_q, hi_q = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
-    for ax, name in zip(axes.ravel(), names, strict=False):
-        i = lookup[name]
-        c = cd["compute"].values[i]
-        ok = ~np.isnan(c)
-        c, y, f = c[ok], od["reward"].values[i][ok], cd["in_fit"].values[i][ok]
-        pos = c[c > 0]
-        c_fit_max = c[f].max()
-        c_max = max_compute or max(pos.max(), 2 * c_fit_max)
-        grid = np.geomspace(pos.min() if pos.size else 1.0, c_max, 120)
-        obs = result.predict_draws(grid, kind="observation", runs=[name])[0]
-        cur = result.predict_draws(grid, kind="curve", runs=[name])[0]
-        band = np.quantile(obs, [lo_q, hi_q], axis=0)
-        med = np.median(cur, axis=0)
-        ax.fill_between(
-            grid, band[0], band[1], color="C0", alpha=0.2, lw=0, label=f"{int(ci_prob * 100)}% predictive"
-        )
-        inside = grid <= c_fit_max
-        ax.plot(grid[inside], med[inside], "C0-", lw=1.6, label="median (fit window)")
-        ax.plot(grid[~inside], med[~inside], "C0:", lw=1.6, label="median (extrapolated)")
-        keep = c > 0
-        ax.plot(c[keep & f], y[keep & f], "o", ms=3, color="k", label="fitted")
-        ax.plot(c[keep & ~f], y[keep & ~f], "o", ms=3, mfc="none", color="k", label="not fitted")
-        ax.axvline(c_fit_max, color="0.6", lw=0.8, ls="--")
-        ax.set_xscale("log")
-        ax.set_title(name, fontsize=8)
-        ax.grid(alpha=0.3, which="both", lw=0.5)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("reward")
-    for ax in axes[-1, :]:
-        ax.set_xlabel("compute")
-    axes.ravel()[0].legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
+    rng = np.random.default_rng(seed)
+    for ax, (title, members) in zip(axes, panels, strict=True):
+        data = {n: _run_points(result, lookup[n]) for n in members}
+        pos = np.concatenate([c[c > 0] for c, _, _ in data.values()])
+        c_lo = pos.min() if pos.size else 1.0
+        fit_ends = set()
+        for k, name in enumerate(members):
+            c, y, f = data[name]
+            colour = _PALETTE[k % len(_PALETTE)] if overlay else _PALETTE[0]
+            point_colour = colour if overlay else "0.1"
+            marker = _MARKERS[k % len(_MARKERS)] if overlay else "o"
+            c_fit = _fit_end(f, c)
+            fit_ends.add(c_fit)
+            c_max = max(np.nanmax(c), max_compute if max_compute else 2 * c_fit)
+            grid = np.geomspace(c_lo, c_max, 160)
+            cur = result.predict_draws(grid, kind="curve", runs=[name])[0]  # sample, grid
+            band_draws = cur
+            if kind == "observation":
+                # one standard normal per draw, shared along the grid: each grid point still
+                # gets exact predictive draws, and the band's edges come out smooth
+                z = rng.standard_normal(cur.shape[0])[:, None]
+                sigma = result.draws("sigma")[lookup[name]][:, None]
+                band_draws = np.clip(cur + sigma * z, 0.0, 1.0)
+            band = np.quantile(band_draws, [lo_q, hi_q], axis=0)
+            med = np.median(cur, axis=0)
+            ax.fill_between(grid, band[0], band[1], color=colour, alpha=0.14 if overlay else 0.22, lw=0)
+            inside = grid <= c_fit
+            label = _text(_short_label(name, title)) if overlay else None
+            ax.plot(grid[inside], med[inside], "-", color=colour, lw=1.8, label=label)
+            ax.plot(grid[~inside], med[~inside], ":", color=colour, lw=1.8)
+            keep = c > 0
+            ms = 3.6 if overlay else 3.2
+            ax.plot(c[keep & f], y[keep & f], marker, ls="none", ms=ms, color=point_colour, mew=0.8, zorder=3)
+            ax.plot(
+                c[keep & ~f],
+                y[keep & ~f],
+                marker,
+                ls="none",
+                ms=ms,
+                mfc="white",
+                mec=point_colour,
+                mew=0.8,
+                zorder=3,
+            )
+        for c_fit in fit_ends:
+            ax.axvline(c_fit, **_FIT_END, zorder=1)
+        _log_compute_axis(ax)
+        _style_axes(ax)
+        ax.set_title(_text(title), fontsize=_FS_TITLE)
+        if overlay and len(members) > 1:
+            ax.legend(fontsize=_FS_LEGEND - 0.5, loc="lower right", frameon=False, handlelength=1.6)
+    for k, ax in enumerate(axes):
+        if k % ncols == 0:
+            ax.set_ylabel("reward", fontsize=_FS_LABEL)
+    what = "new evaluation" if kind == "observation" else "curve"
+    band_label = f"{round(ci_prob * 100):d}% interval ({what})"
+    items = _style_legend(band_label)
+    _figure_legend(fig, items, narrow=ncols < 3)
     return fig
+
+
+# ---------------------------------------------------------------------- forest
+def _group_level(result: FitResult, var: str, level: str) -> dict[tuple[str, str | None], np.ndarray]:
+    """Draws of ``{var}_{level}`` (a hierarchical fit's group-level variable), if the posterior has it.
+
+    Keys are ``(group, None)``, or ``(group, "math")`` etc. when the variable has further
+    dimensions (``A_recipe`` has a ``task`` dimension when the runs have several tasks).
+    """
+    post = result.dt["posterior"]
+    name = f"{var}_{level}"
+    if name not in post.data_vars or level not in post[name].dims:
+        return {}
+    da = post[name]
+    extra = [d for d in da.dims if d not in ("chain", "draw", level)]
+    da = da.transpose(level, *extra, "chain", "draw")
+    x = da.values.reshape(da.shape[0], -1, da.sizes["chain"] * da.sizes["draw"])  # group, combo, sample
+    groups = [str(g) for g in da[level].values]
+    if not extra:
+        return {(g, None): x[i, 0] for i, g in enumerate(groups)}
+    combos = [", ".join(c) for c in itertools.product(*[[str(v) for v in da[d].values] for d in extra])]
+    return {(g, c): x[i, j] for i, g in enumerate(groups) for j, c in enumerate(combos)}
+
+
+def plot_forest(
+    result: FitResult,
+    *,
+    var_names: Sequence[str] = ("A",),
+    group_by: str | None = None,
+    ci_prob: float = 0.9,
+    runs: Sequence[str] | None = None,
+    flag_runs: Sequence[str] = (),
+    flag_label: str = "not converged",
+) -> Figure:
+    """Posterior median with 50% and ``ci_prob`` intervals, one row per run.
+
+    If the posterior has group-level variables (``A_recipe``, ``B_recipe``, ``C_mid_recipe``
+    with dimension ``recipe``, from a hierarchical fit) they are drawn too, as diamonds in
+    a second colour: on each group's heading when ``group_by="recipe"``, otherwise as rows
+    above the runs. A group-level variable with a further dimension (``A_recipe`` per
+    ``task``) gets one row per value.
+
+    Parameters
+    ----------
+    result : FitResult
+        The fit.
+    var_names : sequence of str
+        Variables, one column each (``"A"``, ``"B"``, ``"C_mid"``, ``"sigma"``, ``"R0"``).
+        ``C_mid`` is drawn on a log axis.
+    group_by : str, optional
+        A per-run column of the data (usually ``"recipe"``): runs are listed under their
+        group, with the group-level posterior on the group's row when the fit has one.
+    ci_prob : float
+        Probability mass of the outer interval (the inner one is 50%).
+    runs : sequence of str, optional
+        Runs to show (default all).
+    flag_runs : sequence of str
+        Runs to mark (a dagger after the name, open marker), e.g. the runs that did not
+        converge; ``flag_label`` explains the mark below the plot.
+    flag_label : str
+        What a flag means.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One axes per variable, sharing the run axis.
+    """
+    if not 0.5 < ci_prob < 1:
+        raise ValueError(f"ci_prob must be in (0.5, 1), got {ci_prob!r}")
+    var_names = list(var_names)
+    if not var_names:
+        raise ValueError("var_names is empty")
+    post = result.dt["posterior"]
+    for var in var_names:
+        if var not in post.data_vars or "run" not in post[var].dims:
+            raise KeyError(f"no per-run posterior variable {var!r}; have {', '.join(result.var_names)}")
+    names = _check_runs(result, runs)
+    lookup = _index(result)
+    flagged = {str(r) for r in flag_runs}
+    level = group_by or "recipe"
+    group_level = {var: _group_level(result, var, level) for var in var_names}
+    keys = list(dict.fromkeys(k for d in group_level.values() for k in d))
+    # rows: (label, kind, key); "run": key is the run index; "group": a group's heading, key
+    # (group, None); "sub": a group-level variable's row, key (group, extra index)
+    rows: list[tuple[str, str, object]] = []
+    if group_by is not None:
+        for group, members in _panels(result, names, group_by):
+            rows.append((group, "group", (group, None)))
+            rows += [(f"   {k[1]} ({level} level)", "sub", k) for k in keys if k[0] == group and k[1]]
+            rows += [("   " + _short_label(n, group), "run", lookup[n]) for n in members]
+    else:
+        for g, extra in keys:
+            rows.append((f"{g} · {extra} ({level})" if extra else f"{g} ({level})", "sub", (g, extra)))
+        rows += [(n, "run", lookup[n]) for n in names]
+    n_rows = len(rows)
+    label_width = 0.5 + 0.075 * max(len(label) + 2 for label, _, _ in rows)  # inches, at 8 pt
+    width = min(label_width, 4.0) + 2.7 * max(len(var_names), 1.5)
+    fig, axes = plt.subplots(
+        1,
+        len(var_names),
+        figsize=(width, 1.1 + 0.2 * n_rows),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    axes = list(axes.ravel())
+    qs = [(1 - ci_prob) / 2, 0.25, 0.5, 0.75, 1 - (1 - ci_prob) / 2]
+    ys = -np.arange(n_rows, dtype=float)
+    run_colour, group_colour = _PALETTE[0], _PALETTE[1]
+    for ax, var in zip(axes, var_names, strict=True):
+        draws = result.draws(var)
+        for y, (_label, kind, key) in zip(ys, rows, strict=True):
+            if kind == "run":
+                d, colour, marker = draws[key], run_colour, "o"
+            elif key in group_level[var]:
+                d, colour, marker = group_level[var][key], group_colour, "D"
+            else:
+                continue
+            lo, q25, med, q75, hi = np.quantile(d, qs)
+            is_flagged = kind == "run" and result.run_names[key] in flagged
+            ax.plot([lo, hi], [y, y], color=colour, lw=1.0, solid_capstyle="butt")
+            ax.plot([q25, q75], [y, y], color=colour, lw=3.2, solid_capstyle="butt")
+            ax.plot(
+                [med],
+                [y],
+                marker,
+                color=colour,
+                mfc="white" if is_flagged else colour,
+                mec=colour,
+                ms=5 if marker == "o" else 5.5,
+                mew=1.0,
+                zorder=3,
+            )
+        if var == "C_mid":
+            _log_compute_axis(ax, label="C_mid")
+        else:
+            ax.set_xlabel(var, fontsize=_FS_LABEL)
+        _style_axes(ax)
+        ax.grid(False, axis="y")
+        ax.set_title(_text(var), fontsize=_FS_TITLE)
+    for k, (y, (_label, kind, _key)) in enumerate(zip(ys, rows, strict=True)):
+        heading = kind == "group" or (
+            group_by is None and kind == "run" and k > 0 and rows[k - 1][1] == "sub"
+        )
+        if heading:
+            for ax in axes:
+                ax.axhline(y + 0.5, color="0.8", lw=0.6, zorder=0)
+    labels = []
+    for label, kind, key in rows:
+        mark = " †" if kind == "run" and result.run_names[key] in flagged else ""
+        labels.append(_text(label) + mark)
+    axes[0].set_yticks(ys, labels)
+    axes[0].set_ylim(ys[-1] - 0.7, 0.7)
+    for ax in axes:
+        ax.tick_params(axis="y", length=0)
+    for tick, (_label, kind, _key) in zip(axes[0].get_yticklabels(), rows, strict=True):
+        if kind == "group":
+            tick.set_fontweight("bold")
+    items = [
+        Line2D([], [], color=run_colour, marker="o", ls="none", ms=5, label="median"),
+        Line2D([], [], color=run_colour, lw=3.2, label="50% interval"),
+        Line2D([], [], color=run_colour, lw=1.0, label=f"{round(ci_prob * 100):d}% interval"),
+    ]
+    if any(key in group_level[var] for var in var_names for _, kind, key in rows if kind != "run"):
+        items.append(
+            Line2D([], [], color=group_colour, marker="D", ms=5, lw=1.0, label=f"{_text(level)} level")
+        )
+    if any(result.run_names[key] in flagged for _, kind, key in rows if kind == "run"):
+        items.append(
+            Line2D(
+                [], [], color=run_colour, marker="o", mfc="white", ls="none", ms=5, label=f"† {flag_label}"
+            )
+        )
+    _figure_legend(fig, items, ncol=len(items) if len(var_names) > 1 else 3)
+    return fig
+
+
+# ---------------------------------------------------------------------- linearised
+def plot_linearised(
+    result: FitResult,
+    *,
+    runs: Sequence[str] | None = None,
+    group_by: str | None = None,
+    max_compute: float | None = None,
+    max_panels: int = 24,
+    ncols: int = 4,
+) -> Figure:
+    """The paper's linearised view, on which the sigmoid is a line of slope ``B``.
+
+    Each point is drawn at ``(C, log((R - R0) / (A - R)))`` (see
+    :func:`bayes_scalerl.curve.linearised`) with ``A`` (and ``R0`` when fitted) the run's
+    posterior median; the line is ``B (log C - log C_mid)`` at the posterior medians of
+    ``B`` and ``C_mid``, solid in the fit window and dotted beyond, crossing zero at
+    ``C_mid``. The compute axis is logarithmic, so the x position is ``log C``. Points
+    outside ``(R0, A)`` have no place on this view and are counted in the panel.
+
+    Parameters
+    ----------
+    result : FitResult
+        The fit.
+    runs : sequence of str, optional
+        Runs to show (default all).
+    group_by : str, optional
+        A per-run column of the data (``"recipe"``): one panel per group, runs overlaid.
+    max_compute : float, optional
+        Right end of the line (default: the larger of the last evaluation and twice the
+        end of the fit window).
+    max_panels, ncols : int
+        At most this many panels, this many per row.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One axes per panel.
+    """
+    names = _check_runs(result, runs)
+    panels = _panels(result, names, group_by)[:max_panels]
+    if not panels:
+        raise ValueError("no runs to plot")
+    overlay = group_by is not None
+    lookup = _index(result)
+    A_med = np.median(result.draws("A"), axis=1)
+    B_med = np.median(result.draws("B"), axis=1)
+    C_med = np.median(result.draws("C_mid"), axis=1)
+    fig, axes, ncols = _panel_grid(len(panels), ncols, (3.2, 2.55), sharey=True)
+    for ax, (title, members) in zip(axes, panels, strict=True):
+        fit_ends = set()
+        hidden = 0
+        for k, name in enumerate(members):
+            i = lookup[name]
+            c, y, f = _run_points(result, i)
+            colour = _PALETTE[k % len(_PALETTE)] if overlay else _PALETTE[0]
+            point_colour = colour if overlay else "0.1"
+            marker = _MARKERS[k % len(_MARKERS)] if overlay else "o"
+            x_log, y_lin = linearised(c, y, A_med[i], _R0_median(result, i))
+            shown = np.isfinite(x_log) & np.isfinite(y_lin)
+            hidden += int(np.sum((c > 0) & ~shown))
+            c_fit = _fit_end(f, c)
+            fit_ends.add(c_fit)
+            pos = c[c > 0]
+            c_max = max(np.nanmax(c), max_compute if max_compute else 2 * c_fit)
+            grid = np.geomspace(pos.min() if pos.size else C_med[i] / 10, c_max, 100)
+            line = B_med[i] * (np.log(grid) - np.log(C_med[i]))
+            inside = grid <= c_fit
+            b_text = f"B = {B_med[i]:.2f}"
+            label = f"{_text(_short_label(name, title))}: {b_text}" if overlay else None
+            ax.plot(grid[inside], line[inside], "-", color=colour, lw=1.8, label=label)
+            ax.plot(grid[~inside], line[~inside], ":", color=colour, lw=1.8)
+            ms = 3.6 if overlay else 3.2
+            sel = shown & f
+            ax.plot(c[sel], y_lin[sel], marker, ls="none", ms=ms, color=point_colour, mew=0.8, zorder=3)
+            sel = shown & ~f
+            ax.plot(
+                c[sel], y_lin[sel], marker, ls="none", ms=ms, mfc="white", mec=point_colour, mew=0.8, zorder=3
+            )
+            if not overlay:
+                ax.text(0.03, 0.96, b_text, transform=ax.transAxes, va="top", ha="left", fontsize=_FS_LEGEND)
+        for c_fit in fit_ends:
+            ax.axvline(c_fit, **_FIT_END, zorder=1)
+        ax.axhline(0.0, color="0.55", lw=0.6, zorder=1)
+        if hidden:
+            ax.text(
+                0.97,
+                0.04,
+                f"{hidden} point{'s' if hidden > 1 else ''} outside (R0, A)",
+                transform=ax.transAxes,
+                va="bottom",
+                ha="right",
+                fontsize=_FS_LEGEND - 1,
+                color="0.35",
+                bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1.5),
+                zorder=4,
+            )
+        _log_compute_axis(ax, label="compute (log scale)")
+        _style_axes(ax)
+        ax.set_title(_text(title), fontsize=_FS_TITLE)
+        if overlay:
+            ax.legend(fontsize=_FS_LEGEND - 0.5, loc="upper left", frameon=False, handlelength=1.6)
+    for k, ax in enumerate(axes):
+        if k % ncols == 0:
+            ax.set_ylabel(r"$\log\,\frac{R - R_0}{A - R}$", fontsize=_FS_LABEL + 1)
+    items = _style_legend(None)
+    _figure_legend(fig, items, narrow=ncols < 3)
+    return fig
+
+
+# ---------------------------------------------------------------------- export
+def _png_bytes(fig: Figure, *, dpi: int = 150, close: bool = True) -> bytes:
+    """The figure as PNG bytes (for reports); closes it unless ``close=False``."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
+    finally:
+        if close:
+            plt.close(fig)
+    return buf.getvalue()

@@ -57,8 +57,9 @@ class FitResult:
     def var_names(self) -> list[str]:
         """Posterior variables, in the order summaries list them."""
         names = ["A", "B", "C_mid", "sigma"]
-        if "R0" in self.dt["posterior"].data_vars:
-            names.append("R0")
+        for extra in ("R0", "rho"):
+            if extra in self.dt["posterior"].data_vars:
+                names.append(extra)
         return names
 
     def draws(self, name: str) -> np.ndarray:
@@ -124,7 +125,9 @@ class FitResult:
             Compute values, shared by all runs or one row per run.
         kind : {"observation", "curve"}
             ``"curve"``: the noise-free expected reward. ``"observation"``: a new
-            evaluation, curve plus Gaussian noise, clipped to ``[0, 1]``.
+            evaluation, curve plus noise of the fit's likelihood (Gaussian; Student-t;
+            binomial at the run's median ``n_eval`` plus the extra term; for AR(1) the
+            stationary marginal), clipped to ``[0, 1]``.
         seed : int
             Seed of the observation noise.
         runs : sequence of str, optional
@@ -152,7 +155,20 @@ class FitResult:
             return mu
         sigma = self.draws("sigma")[idx][..., None]
         rng = np.random.default_rng(seed)
-        return np.clip(mu + sigma * rng.standard_normal(mu.shape), 0.0, 1.0)
+        priors = self.settings.get("priors") or {}
+        likelihood = priors.get("likelihood", "gaussian")
+        if likelihood == "student_t":
+            noise = sigma * rng.standard_t(priors.get("nu", 4.0), mu.shape)
+        elif likelihood == "binomial":
+            # a new evaluation with the run's median number of graded generations
+            from .model import binomial_variance
+
+            n_ref = np.nanmedian(self.dt["constant_data"]["n_eval"].values[idx], axis=1)[:, None, None]
+            var = sigma**2 + binomial_variance(np.clip(mu, 0.0, 1.0), n_ref)
+            noise = np.sqrt(var) * rng.standard_normal(mu.shape)
+        else:  # gaussian; ar1 uses its stationary sd, the marginal of a new evaluation
+            noise = sigma * rng.standard_normal(mu.shape)
+        return np.clip(mu + noise, 0.0, 1.0)
 
     def predict(
         self,

@@ -7,7 +7,7 @@ import pandas as pd
 
 from .curve import scalerl_curve
 
-__all__ = ["simulate_runs", "random_truth"]
+__all__ = ["simulate_runs", "random_truth", "random_recipes"]
 
 
 def random_truth(
@@ -34,6 +34,53 @@ def random_truth(
             "sigma": rng.uniform(*sigma, n_runs),
         }
     )
+
+
+def random_recipes(
+    rng: np.random.Generator,
+    n_recipes: int,
+    seeds: int,
+    *,
+    A: tuple[float, float] = (0.45, 0.70),
+    B: tuple[float, float] = (1.2, 2.5),
+    C_mid: tuple[float, float] = (2_000.0, 6_000.0),
+    R0: float = 0.3,
+    sigma: float = 0.01,
+    A_seed_sd: float = 0.015,
+    log_seed_sd: float = 0.05,
+) -> pd.DataFrame:
+    """Recipes with known parameters and seeds scattered around them.
+
+    Recipe parameters are drawn as in :func:`random_truth`; each seed's ``A`` is its
+    recipe's plus Normal(0, ``A_seed_sd``) (the ScaleRL paper saw about +-0.015 across
+    three seeds), its ``B`` and ``C_mid`` are its recipe's times
+    ``exp(Normal(0, log_seed_sd))``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run, recipe, seed, recipe_A, recipe_B, recipe_C_mid, A, B, C_mid, R0, sigma``.
+    """
+    rec = random_truth(rng, n_recipes, A=A, B=B, C_mid=C_mid)
+    rows = []
+    for i, r in rec.iterrows():
+        for s in range(seeds):
+            rows.append(
+                {
+                    "run": f"recipe{i:03d}/s{s}",
+                    "recipe": f"recipe{i:03d}",
+                    "seed": s,
+                    "recipe_A": r["A"],
+                    "recipe_B": r["B"],
+                    "recipe_C_mid": r["C_mid"],
+                    "A": r["A"] + A_seed_sd * rng.standard_normal(),
+                    "B": r["B"] * np.exp(log_seed_sd * rng.standard_normal()),
+                    "C_mid": r["C_mid"] * np.exp(log_seed_sd * rng.standard_normal()),
+                    "R0": R0,
+                    "sigma": sigma,
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def simulate_runs(

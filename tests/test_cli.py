@@ -25,7 +25,11 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert (p.loc[p.compute > 8000, "in_fit"] == False).all()  # noqa: E712
     assert np.all(np.diff(p[["q05", "q25", "q50", "q75", "q95"]].to_numpy(), axis=1) >= 0)
     d = pd.read_csv(out / "diagnostics.csv")
-    assert list(d.columns) == ["run", "n_points", "r_hat_max", "ess_bulk_min", "divergences", "converged"]
+    need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
+    need += ["converged", "a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
+    assert list(d.columns) == need
+    # the demo's curves pass C_mid inside the fit window: A is identified for every run
+    assert d.a_identified.all()
     res = bs.FitResult.load(out / "posterior.nc")
     assert res.run_names == d.run.tolist()
     assert "A = " in capsys.readouterr().out
@@ -93,3 +97,77 @@ def test_existing_output_is_untouched_on_failure(tmp_path):
     f.write_text("run,compute,reward\na,0,nan\n")
     assert main(["fit", str(f), "--out", str(out)]) == 2
     assert (out / "summary.csv").read_text() == "keep me"
+
+
+def test_hierarchical_fit_then_compare(tmp_path, capsys):
+    df = bs.demo_runs(3).query("recipe in ['ScaleRL', 'LOO-dapo', 'LOO-batch']")
+    df.to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "fit"
+    args = ["fit", str(tmp_path / "runs.csv"), "--out", str(out), "--fit-until", "8000"]
+    assert main([*args, "--min-compute", "1500", "--model", "hierarchical", *SMALL]) == 0
+    rec = pd.read_csv(out / "recipes.csv")
+    assert set(rec.recipe) == {"ScaleRL", "LOO-dapo", "LOO-batch"} and (rec.n_runs == 3).all()
+    assert {"A_recipe", "A_seed_sd"} <= set(pd.read_csv(out / "sampler.csv").variable)
+    capsys.readouterr()
+    code = main(["compare", str(out), "--param", "A,reward", "--budget", "16000", "--target", "0.58"])
+    assert code == 0
+    c = pd.read_csv(out / "comparisons.csv")
+    need = ["a", "b", "param", "diff_mean", "diff_q05", "diff_q95", "p_a_greater", "p_in_rope", "verdict"]
+    assert set(need) <= set(c.columns)
+    assert len(c) == 6 and set(c.param) == {"A", "reward"}
+    assert (c.diff_q05 <= c.diff_mean).all() and (c.diff_mean <= c.diff_q95).all()
+    for name in ("p_best.csv", "compute_to_target.csv", "crossover.csv"):
+        assert (out / name).stat().st_size > 0
+    assert "P(a > b)" in capsys.readouterr().out
+    # one pair into another folder, with a wider margin
+    other = tmp_path / "cmp"
+    assert (
+        main(
+            ["compare", str(out), "--a", "ScaleRL", "--b", "LOO-dapo", "--rope", "0.05", "--out", str(other)]
+        )
+        == 0
+    )
+    one = pd.read_csv(other / "comparisons.csv")
+    assert len(one) == 1 and one.rope.item() == 0.05
+
+
+def test_compare_refuses_a_folder_without_a_fit(tmp_path, capsys):
+    assert main(["compare", str(tmp_path)]) == 2
+    assert "posterior.nc" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(tmp_path), "--param", "A,Q"])
+    assert exc.value.code == 2
+
+
+def test_fit_reads_verl_logs_with_a_metric(tmp_path):
+    import json
+
+    truth = bs.demo_truth(1).iloc[:2]
+    rows = bs.simulate_runs(truth, np.arange(0, 8001, 400.0), np.random.default_rng(0))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name, g in rows.groupby("run"):
+        with open(logs / f"{name.replace('/', '_')}.jsonl", "w") as f:
+            for c, r in zip(g.compute, g.reward, strict=True):
+                f.write(
+                    json.dumps(
+                        {"train_global_steps": int(c / 400) * 25, "accumulated_training_time": c * 900.0}
+                    )
+                    + "\n"
+                )
+                f.write(
+                    json.dumps(
+                        {
+                            "train_global_steps": int(c / 400) * 25,
+                            "accumulated_training_time": c * 900.0,
+                            "val/acc": r,
+                        }
+                    )
+                    + "\n"
+                )
+    out = tmp_path / "fit"
+    # compute = seconds / 3600 * 4 GPUs = c * 900 / 3600 * 4 = c
+    assert main(["fit", str(logs), "--metric", "val/acc", "--gpus", "4", "--out", str(out), *SMALL]) == 0
+    p = pd.read_csv(out / "predictions.csv")
+    assert set(p.run) == {"ScaleRL_s0", "LOO-prompt-lvl-adv-norm_s0"}
+    np.testing.assert_allclose(np.sort(p.compute.unique()), np.arange(0, 8001, 400.0))

@@ -1,0 +1,445 @@
+"""Recipe comparisons from a fit: differences, P(x > y), margins, crossovers, P(best).
+
+A recipe's quantity is read from the fit:
+
+- hierarchical fits (posterior has ``A_recipe``): the recipe-level parameters, i.e. what
+  a new seed of the recipe is expected to reach; seed-to-seed spread is part of the
+  uncertainty. The recipe's curve starts at the mean first evaluation of its runs.
+- independent fits: the mean over the recipe's runs of each run's parameter (draw by
+  draw; the runs' posteriors are independent). This describes *these* seeds; it does not
+  know the seed-to-seed spread, so use the hierarchical model for claims about recipes.
+
+Without a ``recipe`` column every run is its own recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from .curve import compute_to_reach, scalerl_curve
+from .results import FitResult
+
+__all__ = [
+    "recipe_names",
+    "recipe_summary",
+    "recipe_draws",
+    "recipe_curve_draws",
+    "compare",
+    "crossover",
+    "compute_to_target",
+    "p_best",
+    "DEFAULT_ROPE",
+    "PARAMS",
+]
+
+#: Parameters :func:`compare` knows; ``reward`` is the expected reward at a budget.
+PARAMS = ("A", "B", "C_mid", "reward")
+#: Default margins: absolute for ``A`` and ``reward`` (the paper's +-0.02), relative
+#: (``|x / y - 1|``) for ``B`` and ``C_mid``.
+DEFAULT_ROPE = {"A": 0.02, "reward": 0.02, "B": 0.05, "C_mid": 0.05}
+_RELATIVE = {"B", "C_mid"}
+
+
+def _is_hier(result: FitResult) -> bool:
+    return "A_recipe" in result.dt["posterior"].data_vars
+
+
+def _run_labels(result: FitResult, column: str) -> np.ndarray | None:
+    cd = result.dt["constant_data"]
+    if column not in cd.data_vars:
+        return None
+    return np.asarray(cd[column].values).astype(str)
+
+
+def _tasks(result: FitResult) -> list[str] | None:
+    t = _run_labels(result, "task")
+    return None if t is None else list(dict.fromkeys(t))
+
+
+def _check_task(result: FitResult, task: str | None) -> str | None:
+    tasks = _tasks(result)
+    if tasks is None or len(tasks) == 1:
+        return None if tasks is None else tasks[0]
+    if task is None:
+        raise ValueError(f"the fit has several tasks {tasks}; choose one with task=...")
+    if task not in tasks:
+        raise ValueError(f"unknown task {task!r}; the fit has {tasks}")
+    return task
+
+
+def recipe_names(result: FitResult) -> list[str]:
+    """Recipes in the fit, in order of first appearance (run names without a ``recipe`` column)."""
+    if _is_hier(result):
+        return [str(r) for r in result.dt["posterior"]["recipe"].values]
+    rec = _run_labels(result, "recipe")
+    return list(dict.fromkeys(rec if rec is not None else result.run_names))
+
+
+def _run_groups(result: FitResult, task: str | None) -> dict[str, np.ndarray]:
+    rec = _run_labels(result, "recipe")
+    rec = rec if rec is not None else np.array(result.run_names)
+    keep = np.ones(len(rec), bool)
+    tasks = _run_labels(result, "task")
+    if task is not None and tasks is not None:
+        keep = tasks == task
+    return {r: np.flatnonzero((rec == r) & keep) for r in recipe_names(result)}
+
+
+def _select_task(x, task: str | None):
+    if "task" in x.dims:
+        x = x.sel(task=task)
+    return x
+
+
+def _recipe_params(result: FitResult, task: str | None) -> dict[str, np.ndarray]:
+    """Recipe-level ``A, B, C_mid, R0`` draws of a hierarchical fit, shape (recipe, sample)."""
+    post = result.dt["posterior"]
+    out = {}
+    for name in ("A", "B", "C_mid"):
+        x = _select_task(post[f"{name}_recipe"], task).transpose("recipe", "chain", "draw").values
+        out[name] = x.reshape(x.shape[0], -1)
+    groups = _run_groups(result, task)
+    r0_runs = result.dt["constant_data"]["R0_obs"].values
+    names = [str(r) for r in post["recipe"].values]
+    r0 = np.array([r0_runs[groups[n]].mean() if groups[n].size else np.nan for n in names])
+    out["R0"] = np.broadcast_to(r0[:, None], out["A"].shape)
+    return out
+
+
+def recipe_draws(
+    result: FitResult, param: str, *, budget: float | None = None, task: str | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Posterior draws of one quantity for every recipe.
+
+    Parameters
+    ----------
+    result : FitResult
+    param : {"A", "B", "C_mid", "reward"}
+        ``reward`` is the expected (noise-free) reward at ``budget``.
+    budget : float, optional
+        Compute for ``param="reward"``.
+    task : str, optional
+        Task to compare on when the fit has several.
+
+    Returns
+    -------
+    names : list of str
+    draws : ndarray, shape (recipe, sample)
+    """
+    if param not in PARAMS:
+        raise ValueError(f"param must be one of {PARAMS}, got {param!r}")
+    if param == "reward":
+        if budget is None or not budget > 0:
+            raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
+        names, d = recipe_curve_draws(result, [budget], task=task)
+        return names, d[..., 0]
+    task = _check_task(result, task)
+    names = recipe_names(result)
+    if _is_hier(result):
+        return names, _recipe_params(result, task)[param]
+    runs = result.draws(param)
+    groups = _run_groups(result, task)
+    return names, np.stack([runs[groups[r]].mean(0) for r in names])
+
+
+def recipe_curve_draws(
+    result: FitResult, compute: Sequence[float], *, task: str | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Draws of each recipe's expected reward at ``compute``, shape (recipe, sample, q)."""
+    task = _check_task(result, task)
+    c = np.asarray(compute, float)
+    names = recipe_names(result)
+    if _is_hier(result):
+        p = _recipe_params(result, task)
+        mu = scalerl_curve(
+            c[None, None, :], p["A"][..., None], p["B"][..., None], p["C_mid"][..., None], p["R0"][..., None]
+        )
+        return names, mu
+    runs = result.predict_draws(c, kind="curve")  # run, sample, q
+    groups = _run_groups(result, task)
+    return names, np.stack([runs[groups[r]].mean(0) for r in names])
+
+
+def _pairs(names: list[str], a: str | None, b: str | None) -> list[tuple[str, str]]:
+    for x in (a, b):
+        if x is not None and x not in names:
+            raise ValueError(f"unknown recipe {x!r}; the fit has {names}")
+    if a is not None and b is not None:
+        if a == b:
+            raise ValueError(f"compare two different recipes, got {a!r} twice")
+        return [(a, b)]
+    if a is not None or b is not None:
+        x = a if a is not None else b
+        return [(x, y) for y in names if y != x]
+    return list(combinations(names, 2))
+
+
+def _verdict(a: str, b: str, p_greater: float, p_rope: float, threshold: float) -> str:
+    if p_rope >= threshold:
+        return "same within margin"
+    if p_greater >= threshold:
+        return f"{a} higher"
+    if p_greater <= 1.0 - threshold:
+        return f"{b} higher"
+    return "undecided"
+
+
+def compare(
+    result: FitResult,
+    a: str | None = None,
+    b: str | None = None,
+    *,
+    params: Sequence[str] = ("A",),
+    rope: float | dict[str, float] | None = None,
+    budget: float | None = None,
+    task: str | None = None,
+    ci_prob: float = 0.9,
+    threshold: float = 0.9,
+) -> pd.DataFrame:
+    """Pairwise recipe comparisons with intervals, probabilities and a verdict.
+
+    Parameters
+    ----------
+    result : FitResult
+    a, b : str, optional
+        Recipes to compare; one of them compares it with every other; neither compares
+        all pairs.
+    params : sequence of {"A", "B", "C_mid", "reward"}
+        Quantities to compare (``reward`` needs ``budget``).
+    rope : float or dict, optional
+        Margin of practical equivalence (region of practical equivalence, ROPE). A
+        number applies to every parameter; defaults in :data:`DEFAULT_ROPE` (0.02 on
+        ``A`` and ``reward``, the paper's margin; 5% relative on ``B`` and ``C_mid``).
+    budget : float, optional
+        Compute at which ``reward`` is compared.
+    task : str, optional
+        Task, when the fit has several.
+    ci_prob : float
+        Probability of the central interval of the difference.
+    threshold : float
+        Posterior probability a verdict needs (default 0.9).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per pair and parameter: ``a, b, param, budget, diff_mean, diff_q05,
+        diff_q95, p_a_greater, p_in_rope, rope, verdict`` (``diff = a - b``; the interval
+        columns are named for ``ci_prob = 0.9`` whatever its value). The verdict is
+        ``"same within margin"`` when ``p_in_rope >= threshold``, else ``"<a> higher"``
+        / ``"<b> higher"`` when ``P(a > b)`` is at least ``threshold`` / at most
+        ``1 - threshold``, else ``"undecided"``.
+    """
+    ropes = dict(DEFAULT_ROPE)
+    if isinstance(rope, dict):
+        ropes.update(rope)
+    elif rope is not None:
+        if not rope >= 0:
+            raise ValueError(f"rope must be non-negative, got {rope!r}")
+        ropes = dict.fromkeys(PARAMS, float(rope))
+    lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
+    rows = []
+    for param in params:
+        names, d = recipe_draws(result, param, budget=budget, task=task)
+        index = {n: i for i, n in enumerate(names)}
+        for x, y in _pairs(names, a, b):
+            dx, dy = d[index[x]], d[index[y]]
+            diff = dx - dy
+            m = ropes[param]
+            in_rope = np.abs(dx / dy - 1.0) < m if param in _RELATIVE else np.abs(diff) < m
+            p_greater = float(np.mean(diff > 0))
+            p_rope = float(np.mean(in_rope))
+            rows.append(
+                {
+                    "a": x,
+                    "b": y,
+                    "param": param,
+                    "budget": budget if param == "reward" else np.nan,
+                    "diff_mean": float(diff.mean()),
+                    "diff_q05": float(np.quantile(diff, lo)),
+                    "diff_q95": float(np.quantile(diff, hi)),
+                    "p_a_greater": p_greater,
+                    "p_in_rope": p_rope,
+                    "rope": m,
+                    "verdict": _verdict(x, y, p_greater, p_rope, threshold),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _default_grid(result: FitResult, n: int = 200) -> np.ndarray:
+    c = result.dt["constant_data"]["compute"].values
+    pos = c[np.isfinite(c) & (c > 0)]
+    return np.geomspace(pos.min(), 10.0 * pos.max(), n)
+
+
+def crossover(
+    result: FitResult,
+    a: str | None = None,
+    b: str | None = None,
+    *,
+    compute: Sequence[float] | None = None,
+    task: str | None = None,
+) -> pd.DataFrame:
+    """Where one recipe's expected curve overtakes the other's for good.
+
+    For each draw the crossover is the last compute on the grid at which the sign of
+    ``R_a - R_b`` changes; a draw without a change has no crossover within range.
+
+    Parameters
+    ----------
+    compute : sequence of float, optional
+        Grid to search (default: 200 log-spaced points from the smallest positive
+        observed compute to 10x the largest).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per pair: ``a, b, c_min, c_max, p_crossover`` (probability of a
+        crossover within range), ``crossover_q05, crossover_q50, crossover_q95``
+        (among draws that cross; NaN if none do), ``p_a_ahead_at_end`` and ``verdict``.
+    """
+    grid = np.asarray(compute, float) if compute is not None else _default_grid(result)
+    if grid.ndim != 1 or grid.size < 2 or not np.all(grid > 0):
+        raise ValueError("compute must be at least two positive values")
+    grid = np.sort(grid)
+    names, d = recipe_curve_draws(result, grid, task=task)
+    index = {n: i for i, n in enumerate(names)}
+    rows = []
+    for x, y in _pairs(names, a, b):
+        diff = d[index[x]] - d[index[y]]  # sample, q
+        sign = np.sign(diff)
+        change = sign[:, 1:] != sign[:, :-1]
+        crosses = change.any(axis=1)
+        last = np.where(crosses, change.shape[1] - 1 - np.argmax(change[:, ::-1], axis=1), 0)
+        # interpolate the zero in log compute between grid points last and last + 1
+        rows_i = np.arange(diff.shape[0])
+        d0, d1 = diff[rows_i, last], diff[rows_i, last + 1]
+        lg = np.log(grid)
+        w = np.where(d1 != d0, d0 / (d0 - d1), 0.5)
+        c_cross = np.exp(lg[last] + np.clip(w, 0, 1) * (lg[last + 1] - lg[last]))
+        cc = c_cross[crosses]
+        p_cross = float(crosses.mean())
+        ahead = float(np.mean(diff[:, -1] > 0))
+        q = np.quantile(cc, [0.05, 0.5, 0.95]) if cc.size else np.full(3, np.nan)
+        leader = x if ahead >= 0.5 else y
+        other = y if leader == x else x
+        if p_cross < 0.5:
+            verdict = f"no crossover within range (P = {1 - p_cross:.2f}); {leader} ahead at the end"
+        else:
+            verdict = f"{leader} overtakes {other} at about {q[1]:.4g} (P(crossover) = {p_cross:.2f})"
+        rows.append(
+            {
+                "a": x,
+                "b": y,
+                "c_min": grid[0],
+                "c_max": grid[-1],
+                "p_crossover": p_cross,
+                "crossover_q05": q[0],
+                "crossover_q50": q[1],
+                "crossover_q95": q[2],
+                "p_a_ahead_at_end": ahead,
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compute_to_target(result: FitResult, target: float, *, task: str | None = None) -> pd.DataFrame:
+    """Compute each recipe needs for its expected curve to reach ``target``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per recipe: ``recipe, target, p_reachable`` (the asymptote exceeds the
+        target), ``q05, q50, q95`` of the compute (``inf`` where the target is not
+        reached in that share of draws).
+    """
+    if not 0 < target < 1:
+        raise ValueError(f"target must be a reward in (0, 1), got {target!r}")
+    task = _check_task(result, task)
+    names = recipe_names(result)
+    if _is_hier(result):
+        p = _recipe_params(result, task)
+        c = compute_to_reach(target, p["A"], p["B"], p["C_mid"], p["R0"])
+    else:
+        # the mean of the seeds' curves has no closed-form inverse: solve on a fine grid
+        grid = np.geomspace(_default_grid(result)[0], 1e4 * _default_grid(result)[-1], 2000)
+        _, d = recipe_curve_draws(result, grid, task=task)
+        reached = d >= target
+        first = np.argmax(reached, axis=-1)
+        c = np.where(reached.any(axis=-1), grid[first], np.inf)
+    rows = []
+    for i, name in enumerate(names):
+        q = np.quantile(c[i], [0.05, 0.5, 0.95], method="inverted_cdf")  # inf-safe: no interpolation
+        rows.append(
+            {
+                "recipe": name,
+                "target": target,
+                "p_reachable": float(np.mean(np.isfinite(c[i]))),
+                "q05": q[0],
+                "q50": q[1],
+                "q95": q[2],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def p_best(result: FitResult, *, budget: float, task: str | None = None) -> pd.DataFrame:
+    """Probability that each recipe has the highest expected reward at ``budget``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``recipe, budget, p_best, reward_q05, reward_q50, reward_q95``, sorted by
+        ``p_best`` (highest first).
+    """
+    names, d = recipe_draws(result, "reward", budget=budget, task=task)
+    best = np.argmax(d, axis=0)
+    q = np.quantile(d, [0.05, 0.5, 0.95], axis=1)
+    df = pd.DataFrame(
+        {
+            "recipe": names,
+            "budget": budget,
+            "p_best": np.bincount(best, minlength=len(names)) / d.shape[1],
+            "reward_q05": q[0],
+            "reward_q50": q[1],
+            "reward_q95": q[2],
+        }
+    )
+    return df.sort_values("p_best", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def recipe_summary(result: FitResult, *, task: str | None = None, ci_prob: float = 0.9) -> pd.DataFrame:
+    """Each recipe's ``A``, ``B`` and ``C_mid`` (see the module notes for what a recipe's value is).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``recipe, param, n_runs, mean, sd, q05, q50, q95`` (interval columns named for
+        ``ci_prob = 0.9`` whatever its value).
+    """
+    lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
+    task = _check_task(result, task)
+    groups = _run_groups(result, task)
+    rows = []
+    for param in ("A", "B", "C_mid"):
+        names, d = recipe_draws(result, param, task=task)
+        q = np.quantile(d, [lo, 0.5, hi], axis=1)
+        for i, name in enumerate(names):
+            rows.append(
+                {
+                    "recipe": name,
+                    "param": param,
+                    "n_runs": int(groups[name].size),
+                    "mean": float(d[i].mean()),
+                    "sd": float(d[i].std(ddof=1)),
+                    "q05": q[0, i],
+                    "q50": q[1, i],
+                    "q95": q[2, i],
+                }
+            )
+    return pd.DataFrame(rows)

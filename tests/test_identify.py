@@ -1,0 +1,251 @@
+"""Identifiability of the ceiling A: flags, prior variance, prior sensitivity, budget sweep.
+
+The fits are shaped so that they share compiled programs: the sweep's observed fit (5
+pseudo-runs, bucket 8) and its predicted fit (2 futures x 3 horizons, bucket 8) both have
+at most 16 points per run, so they compile once; the prior-sensitivity baseline is taken
+from the sweep and only its alternative prior compiles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import QUICK
+from scipy import stats
+
+import bayes_scalerl as bs
+from bayes_scalerl.identify import (
+    ALTERNATIVE_PRIORS,
+    DEFAULT_FRACTIONS,
+    BudgetSweep,
+    _first_within,
+    _future_grid,
+    a_prior_moments,
+    budget_sweep,
+    identifiability,
+    plot_width_vs_compute,
+    prior_sensitivity,
+)
+
+TOL = 0.02
+
+
+def _truth(name: str, C_mid: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"run": [name], "A": [0.6], "B": [2.0], "C_mid": [C_mid], "R0": [0.2], "sigma": [0.01]}
+    )
+
+
+@pytest.fixture(scope="module")
+def runs() -> bs.Runs:
+    """``far``: seen to 13x its C_mid (14 points); ``below``: seen only to C_mid / 10 (7 points)."""
+    rng = np.random.default_rng(1)
+    far = bs.simulate_runs(_truth("far", 300.0), np.concatenate([[0], np.geomspace(100, 4000, 14)]), rng)
+    below = bs.simulate_runs(
+        _truth("below", 20_000.0), np.concatenate([[0], np.geomspace(200, 2000, 7)]), rng
+    )
+    return bs.Runs.from_frame(pd.concat([far, below]), source="<sim>")
+
+
+@pytest.fixture(scope="module")
+def sweep(runs) -> BudgetSweep:
+    return budget_sweep(runs, fractions=(0.25, 0.5, 1.0), tolerance=TOL, n_future=2, fit_kwargs=QUICK)
+
+
+# ---------------------------------------------------------------------- the prior of A
+@pytest.mark.parametrize(
+    "priors",
+    [
+        bs.Priors(),
+        bs.Priors(A_loc=0.5, A_scale=0.15),
+        bs.Priors(R0_fitted=True),
+        bs.Priors(A_loc=0.7, A_scale=0.1, R0_fitted=True),
+    ],
+    ids=["uniform", "truncnorm", "uniform-R0-fitted", "truncnorm-R0-fitted"],
+)
+def test_prior_variance_matches_monte_carlo(priors):
+    # 400k prior draws: the relative standard error of a sample variance is
+    # sqrt((kurtosis - 1) / n) <= sqrt(2 / 4e5) = 0.22% for these light-tailed priors,
+    # so a 1% tolerance is more than 4 standard errors.
+    rng = np.random.default_rng(0)
+    n = 400_000
+    R0s = np.array([0.15, 0.4])
+    for R0 in R0s:
+        r0 = rng.uniform(0, 1, n) if priors.R0_fitted else np.full(n, R0)
+        if priors.A_uniform:
+            A = r0 + (1 - r0) * rng.uniform(0, 1, n)
+        else:
+            mu, tau = priors.A_loc, priors.A_scale
+            A = stats.truncnorm.rvs((r0 - mu) / tau, (1 - mu) / tau, loc=mu, scale=tau, random_state=rng)
+        mean, var = a_prior_moments(priors, R0)
+        assert float(var) == pytest.approx(A.var(), rel=0.01)
+        assert float(mean) == pytest.approx(A.mean(), abs=0.005)
+    if priors.A_uniform and not priors.R0_fitted:
+        np.testing.assert_allclose(a_prior_moments(priors, R0s)[1], (1 - R0s) ** 2 / 12)
+    if priors.A_uniform and priors.R0_fitted:
+        assert float(a_prior_moments(priors)[1]) == pytest.approx(7 / 144, rel=1e-4)
+
+
+def test_prior_moments_need_R0():
+    with pytest.raises(ValueError, match="R0"):
+        a_prior_moments(bs.Priors())
+
+
+# ---------------------------------------------------------------------- identifiability
+def test_identified_and_weakly_identified_runs(sweep):
+    res = sweep.result
+    assert res.run_names == ["far", "below"]
+    ident = identifiability(res).set_index("run")
+    far, below = ident.loc["far"], ident.loc["below"]
+    # far: seen to 13x C_mid with noise 0.01, so A is pinned (true A = 0.6)
+    assert far["a_identified"] and far["a_flag"] == "A identified"
+    assert far["a_contraction"] > 0.99
+    assert far["a_width90"] < 0.04
+    assert far["a_q05"] < 0.6 < far["a_q95"]
+    assert far["p_cmid_beyond_data"] < 0.05
+    assert far["converged"]
+    # below: seen only to C_mid / 10, the curve is flat and A follows its prior
+    assert not below["a_identified"]
+    assert below["a_flag"].startswith("A weakly identified: posterior follows the prior")
+    assert below["a_contraction"] < 0.5
+    assert below["a_width90"] > 0.3
+    assert below["p_cmid_beyond_data"] > 0.9
+    assert below["a_overlap"] > 0.5 > far["a_overlap"]
+
+
+def test_identifiability_thresholds_and_priors_argument(sweep):
+    res = sweep.result
+    strict = identifiability(res, max_width=0.001).set_index("run")
+    assert not strict.loc["far", "a_identified"]
+    assert strict.loc["far", "a_flag"].startswith("A weakly identified: 90% interval")
+    # against a (wrong) narrower prior the same posterior contracts less
+    narrow = identifiability(res, priors=bs.Priors(A_loc=0.6, A_scale=0.02)).set_index("run")
+    base = identifiability(res).set_index("run")
+    assert narrow.loc["far", "a_contraction"] < base.loc["far", "a_contraction"]
+    # R0 as a parameter: contraction against the marginal prior of A (variance 7/144)
+    fitted = identifiability(res, priors=bs.Priors(R0_fitted=True)).set_index("run")
+    post_var = res.draws("A").var(axis=1, ddof=1)
+    np.testing.assert_allclose(fitted["a_contraction"], 1 - post_var / (7 / 144), rtol=1e-4)
+    assert ((fitted["a_overlap"] >= 0) & (fitted["a_overlap"] <= 1)).all()
+
+
+# ---------------------------------------------------------------------- prior sensitivity
+def test_prior_sensitivity_moves_the_weak_run(runs, sweep):
+    out = prior_sensitivity(
+        runs,
+        fit_kwargs=QUICK,
+        baseline=sweep.result,
+        alternatives={"C_mid_tight": ALTERNATIVE_PRIORS["C_mid_tight"]},
+    ).set_index("run")
+    assert list(out.columns) == [
+        "a_median",
+        "a_median_C_mid_tight",
+        "shift_C_mid_tight",
+        "max_abs_shift",
+        "prior_sensitive",
+    ]
+    assert out.loc["far", "max_abs_shift"] < 0.02 and not out.loc["far", "prior_sensitive"]
+    # a midpoint forced near the (flat) data leaves little room above R0
+    assert out.loc["below", "shift_C_mid_tight"] < -0.05 and out.loc["below", "prior_sensitive"]
+
+
+def test_default_alternatives_are_valid_priors():
+    for change in ALTERNATIVE_PRIORS.values():
+        p = bs.Priors(**change)
+        assert p.C_mid_log_sd != bs.Priors().C_mid_log_sd
+
+
+def test_prior_sensitivity_checks_baseline(runs, sweep):
+    other = sweep.fits["observed"]  # pseudo-run names, not the runs'
+    with pytest.raises(ValueError, match="baseline has no run"):
+        prior_sensitivity(runs, fit_kwargs=QUICK, baseline=other, alternatives={})
+    with pytest.raises(TypeError, match="seed"):
+        prior_sensitivity(runs, fit_kwargs={"seed": 1})
+
+
+# ---------------------------------------------------------------------- budget sweep
+def test_budget_sweep_reached_and_predicted(sweep):
+    t = sweep.table.set_index("run")
+    assert list(t.index) == ["far", "below"]
+    far, below = t.loc["far"], t.loc["below"]
+    assert np.isfinite(far["reached_at"]) and far["reached_at"] <= far["max_compute"]
+    assert math.isnan(far["predicted_at"])
+    assert far["status"].startswith(f"within +-{TOL:g}")
+    assert math.isnan(below["reached_at"])
+    assert np.isfinite(below["predicted_at"]) or below["status"].startswith("beyond 8x")
+    if np.isfinite(below["predicted_at"]):
+        assert below["predicted_at"] in {2000.0 * h for h in (2, 4, 8)}
+    # widths: the far run narrows with compute and stays within from reached_at on
+    w = sweep.widths
+    o = w[(w["run"] == "far") & (w["source"] == "observed")].sort_values("budget")
+    assert o["a_width90"].iloc[-1] <= 2 * TOL
+    assert (o.loc[o["budget"] >= far["reached_at"], "a_width90"] <= 2 * TOL).all()
+    p = w[w["source"] == "predicted"]
+    assert set(p["run"]) == {"below"}
+    assert sorted(p["budget"]) == [4000.0, 8000.0, 16000.0]
+    # the below run at 1/4 of its compute keeps 3 points to fit: left out with a note
+    assert any("'below'" in n and "budget left out" in n for n in sweep.notes)
+    assert sorted(sweep.fits["predicted"].run_names) == sorted(
+        f"below@{h}x#{k}" for h in (2, 4, 8) for k in range(2)
+    )
+
+
+def test_budget_sweep_writes_files_and_plots(sweep, tmp_path):
+    from matplotlib.figure import Figure
+
+    fig = plot_width_vs_compute(sweep)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    assert any(np.allclose(line.get_ydata(), 2 * TOL) for line in ax.get_lines())
+    sens = pd.DataFrame({"run": ["far", "below"], "max_abs_shift": [0.0, 0.1]})
+    out = sweep.write(tmp_path / "ident", sensitivity=sens)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["identify.csv", "sensitivity.csv", "widths.csv", "widths.png"]
+    back = pd.read_csv(out / "identify.csv")
+    assert list(back["run"]) == ["far", "below"]
+    assert {"reached_at", "predicted_at", "status", "a_flag"} <= set(back.columns)
+    assert set(pd.read_csv(out / "widths.csv")["source"]) == {"observed", "predicted"}
+
+
+def test_budget_sweep_arguments(runs):
+    with pytest.raises(ValueError, match="at most one"):
+        budget_sweep(runs, budgets=[1000], fractions=[0.5])
+    with pytest.raises(ValueError, match="fractions"):
+        budget_sweep(runs, fractions=[0.0, 1.0])
+    with pytest.raises(ValueError, match="horizons"):
+        budget_sweep(runs, horizons=(4, 2))
+    with pytest.raises(ValueError, match="tolerance"):
+        budget_sweep(runs, tolerance=0)
+    with pytest.raises(TypeError, match="fit_until"):
+        budget_sweep(runs, fit_kwargs={"fit_until": 1000})
+    with pytest.raises(ValueError, match="independent"):
+        budget_sweep(runs, fit_kwargs={"model": "hierarchical"})
+    few = pd.DataFrame({"run": "a", "compute": [0.0, 1.0, 2.0], "reward": [0.1, 0.2, 0.3]})
+    with pytest.raises(bs.DataError, match="no run has enough points"):
+        budget_sweep(few)
+
+
+def test_default_fractions_are_log_spaced():
+    f = np.array(DEFAULT_FRACTIONS)
+    assert f[0] == pytest.approx(1 / 8) and f[-1] == 1.0
+    np.testing.assert_allclose(np.diff(np.log(f)), np.log(2) / 2)
+
+
+def test_future_grid_keeps_the_evaluation_density():
+    c_fit = np.geomspace(100, 1000, 11)  # 10 intervals per decade
+    grid = _future_grid(c_fit, 1000.0, (2.0, 4.0, 8.0))
+    assert np.all(np.diff(grid) > 0) and grid[0] > 1000.0
+    for h in (2.0, 4.0, 8.0):
+        assert np.isclose(grid, h * 1000.0).any()
+    # about 10 per decade over log10(8) = 0.9 decades, rounded up per segment
+    assert len(grid) == 3 * math.ceil(10 * math.log10(2))
+
+
+def test_first_within_needs_the_width_to_stay_within():
+    assert _first_within(np.array([0.1, 0.03, 0.05, 0.03, 0.02]), 0.04) == 3
+    assert _first_within(np.array([0.03, 0.02]), 0.04) == 0
+    assert _first_within(np.array([0.03, 0.05]), 0.04) is None

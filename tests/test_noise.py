@@ -1,0 +1,126 @@
+"""Noise models: closed forms against brute force, and small fits of each."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import QUICK
+from scipy import integrate, stats
+
+import bayes_scalerl as bs
+from bayes_scalerl.model import (
+    binomial_variance,
+    constrain,
+    gain_conditional,
+    log_density,
+    make_run_data,
+    n_dim,
+    z_index,
+)
+
+C = np.linspace(1000.0, 8000.0, 15)
+
+
+def _data(priors, n_eval=None, seed=0):
+    rng = np.random.default_rng(seed)
+    y = 0.25 + 0.35 / (1 + (3000.0 / C) ** 1.8) + 0.01 * rng.standard_normal(C.size)
+    return make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, priors, n_eval), y
+
+
+def _brute_log_norm(y, s, R0, cov, upper):
+    """log of the integral over g in (0, upper) of N(y | R0 + g s, cov) / upper."""
+    logs = lambda g: stats.multivariate_normal(R0 + g * s, cov).logpdf(y)  # noqa: E731
+    shift = max(logs(g) for g in np.linspace(0, upper, 2001))
+    val, _ = integrate.quad(lambda g: np.exp(logs(g) - shift), 0, upper, points=[0.3], limit=200)
+    return np.log(val) + shift - np.log(upper)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6, -0.4])
+def test_ar1_marginal_likelihood_equals_quadrature_with_the_full_covariance(rho):
+    pri = bs.Priors(likelihood="ar1")
+    d, y = _data(pri)
+    lB, lC, sigma, R0 = np.log(1.8), np.log(3000.0), 0.012, 0.25
+    got = gain_conditional(lB, lC, sigma, jnp.asarray(R0), d, pri, rho=jnp.asarray(rho))
+    s = 1 / (1 + np.exp(-1.8 * (np.log(C) - lC)))
+    i = np.arange(C.size)
+    cov = sigma**2 * rho ** np.abs(i[:, None] - i[None, :])
+    want = _brute_log_norm(y, s, R0, cov, 1 - R0)
+    assert float(got.log_norm) == pytest.approx(want, rel=1e-7, abs=1e-7)
+
+
+def test_binomial_marginal_likelihood_equals_quadrature_with_per_point_variances():
+    n = np.full(C.size, 300.0)
+    pri = bs.Priors(likelihood="binomial")
+    d, y = _data(pri, n_eval=n)
+    lB, lC, sigma, R0 = np.log(1.8), np.log(3000.0), 0.004, 0.25
+    got = gain_conditional(lB, lC, sigma, jnp.asarray(R0), d, pri)
+    s = 1 / (1 + np.exp(-1.8 * (np.log(C) - lC)))
+    cov = np.diag(sigma**2 + binomial_variance(y, n))
+    assert float(got.log_norm) == pytest.approx(_brute_log_norm(y, s, R0, cov, 1 - R0), rel=1e-7, abs=1e-7)
+    # the binomial term: p(1 - p)/n with p shrunk towards 1/2
+    np.testing.assert_allclose(binomial_variance(0.0, 10.0), (0.5 / 11) * (1 - 0.5 / 11) / 10)
+
+
+def test_student_t_density_is_the_t_likelihood_plus_the_priors():
+    pri = bs.Priors(likelihood="student_t", nu=3.0)
+    d, y = _data(pri)
+    assert n_dim(pri) == 4 and z_index(pri) == {"gain": 3}
+    z1 = jnp.array([0.1, -0.3, 0.2, 0.4])
+    z2 = jnp.array([0.1, -0.3, 0.2, -0.9])  # only the gain differs
+    p = constrain(z1, d, pri)
+    g = lambda u: 0.75 / (1 + np.exp(-u))  # noqa: E731
+
+    def direct(u):
+        A = 0.25 + g(u)
+        mu = 0.25 + (A - 0.25) / (1 + np.exp(-float(p.B) * (np.log(C) - float(p.log_C_mid))))
+        ll = stats.t.logpdf(y, df=3.0, loc=mu, scale=float(p.sigma)).sum()
+        # uniform A on (R0, 1) in the logit coordinate: density g'(u) / (1 - R0)
+        return ll + np.log(g(u) * (1 - g(u) / 0.75) / 0.75)
+
+    got = float(log_density(z1, d, pri) - log_density(z2, d, pri))
+    assert got == pytest.approx(direct(0.4) - direct(-0.9), rel=1e-9)
+
+
+def test_unknown_likelihood_is_refused():
+    with pytest.raises(ValueError, match="likelihood"):
+        bs.Priors(likelihood="laplace")
+
+
+def test_binomial_without_n_eval_names_the_column():
+    df = bs.demo_runs().query("recipe == 'ScaleRL'")
+    with pytest.raises(bs.DataError, match="'n_eval'"):
+        bs.fit(df, priors=bs.Priors(likelihood="binomial"), **QUICK)
+
+
+@pytest.fixture(scope="module")
+def ar1_fit():
+    rng = np.random.default_rng(3)
+    truth = bs.random_truth(rng, 6, C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 16001, 400.0), rng, ar1=0.7)
+    return bs.fit(df, min_compute=1000, priors=bs.Priors(likelihood="ar1"), seed=0, **QUICK)
+
+
+def test_ar1_fit_recovers_the_correlation(ar1_fit):
+    assert ar1_fit.dt["posterior"]["rho"].dims == ("chain", "draw", "run")
+    rho = np.median(ar1_fit.draws("rho"), axis=1)
+    # 6 runs x 37 points each: the posterior sd of rho is about 0.1 per run; the mean of six about 0.05
+    assert abs(rho.mean() - 0.7) < 0.15
+    ll = ar1_fit.dt["log_likelihood"]["reward"].values
+    fitted = ar1_fit.dt["constant_data"]["in_fit"].values
+    assert np.isfinite(ll[..., fitted]).all() and np.isnan(ll[..., ~fitted]).all()
+    assert "rho" in ar1_fit.var_names and "rho" in set(ar1_fit.summary().param)
+
+
+def test_each_likelihood_fits_and_predicts():
+    rng = np.random.default_rng(5)
+    truth = bs.random_truth(rng, 3, C_mid=(1500.0, 3000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 8001, 400.0), rng).assign(n_eval=400)
+    for lik in ("student_t", "binomial"):
+        res = bs.fit(df, priors=bs.Priors(likelihood=lik), seed=1, **QUICK)
+        assert res.settings["priors"]["likelihood"] == lik
+        err = np.median(res.draws("A"), axis=1) - truth["A"].to_numpy()
+        assert np.all(np.abs(err) < 0.05), (lik, err)  # C_mid well inside the data: A is pinned down
+        obs = res.predict_draws([16000.0], kind="observation")
+        cur = res.predict_draws([16000.0], kind="curve")
+        assert obs.std() > cur.std()  # a new evaluation carries noise on top of the curve
