@@ -30,6 +30,7 @@ from .families import FamilyFit, compare_families, fit_family  # noqa: E402
 from .fitting import fit  # noqa: E402
 from .hierarchical import HierPriors  # noqa: E402
 from .identify import BudgetSweep, budget_sweep, identifiability, prior_sensitivity  # noqa: E402
+from .inference import set_compilation_cache  # noqa: E402
 from .io import read_runs  # noqa: E402
 from .priors import Priors  # noqa: E402
 from .readers import read_any, read_table, read_tensorboard, read_verl, read_wandb_csv  # noqa: E402
@@ -105,6 +106,7 @@ __all__ = [
     "read_wandb_csv",
     "recipe_summary",
     "scalerl_curve",
+    "set_compilation_cache",
     "simulate_runs",
     "use_all_cpu_cores",
     "write_report",

@@ -137,6 +137,11 @@ def fit(
         target_accept = 0.95 if hierarchical else 0.99
     if max_tree_depth is None:
         max_tree_depth = 10 if hierarchical else 8
+    if hierarchical and (executor != "local" or checkpoint_dir is not None):
+        raise ValueError(
+            "the hierarchical model is one joint sampler: executor and checkpoint_dir apply to "
+            "independent fits only"
+        )
     if hierarchical and priors.likelihood != "gaussian":
         raise ValueError("the hierarchical model has a Gaussian likelihood only")
     if priors.likelihood == "binomial" and "n_eval" not in runs.table.columns:

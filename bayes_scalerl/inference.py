@@ -116,9 +116,10 @@ def compilation_cache_dir() -> str | None:
 def set_compilation_cache(path: str | os.PathLike | None = "default") -> str | None:
     """Turn JAX's persistent compilation cache on (in ``path``) or off (``None`` or ``""``).
 
-    Compiled programs that took at least a second to compile are written to ``path`` and
-    loaded from there by later processes (and by Ray workers on the same machine), which
-    skips the sampler's compilation (tens of seconds on a CPU). Importing
+    Compiled programs that took at least a second to compile are written to ``path``
+    (about 0.7 MB each, one per program and device; the folder can be deleted at any
+    time) and loaded from there by later processes (and by Ray workers on the same
+    machine), which skips the sampler's compilation (tens of seconds on a CPU). Importing
     ``bayes_scalerl`` calls this with the folder in the ``BAYES_SCALERL_CACHE_DIR``
     environment variable, or ``~/.cache/bayes_scalerl/jax`` (``$XDG_CACHE_HOME`` is
     honoured) when it is unset; an empty ``BAYES_SCALERL_CACHE_DIR`` leaves JAX's own
@@ -576,6 +577,8 @@ def sample_window(
             todo.append((i, lo, hi))
     done_runs = n_runs - sum(hi - lo for _, lo, hi in todo)
 
+    if not todo:
+        return out.draws()
     show = (len(chunks) > 1) if progress is None else progress
     bar = None
     if show:

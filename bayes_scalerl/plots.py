@@ -43,6 +43,26 @@ def _text(s: object) -> str:
     return str(s).replace("$", r"\$")
 
 
+def _panel_title(s: object, width: int = 34) -> str:
+    """A panel title on at most two lines (long run names overlap their neighbours).
+
+    A long name is broken after the separator (``-``, ``_``, ``/``, ``:``, space) nearest
+    its middle; a second line still too long keeps its end.
+    """
+    text = str(s)
+    if len(text) <= width:
+        return _text(text)
+    cuts = [i + 1 for i, ch in enumerate(text) if ch in "-_/: "]
+    mid = len(text) / 2
+    cut = min(cuts, key=lambda i: abs(i - mid)) if cuts else width
+    first, second = text[:cut], text[cut:]
+    if len(first) > width:
+        first = first[: width - 3] + "..."
+    if len(second) > width:
+        second = "..." + second[-(width - 3) :]
+    return _text(first + "\n" + second)
+
+
 def _fmt_compute(x: float, _pos=None) -> str:
     """``1500 -> '1.5k'``, ``2e6 -> '2M'``: compact tick labels for compute."""
     if x <= 0 or not math.isfinite(x):
@@ -309,7 +329,7 @@ def plot_curves(
             ax.axvline(c_fit, **_FIT_END, zorder=1)
         _log_compute_axis(ax)
         _style_axes(ax)
-        ax.set_title(_text(title), fontsize=_FS_TITLE)
+        ax.set_title(_panel_title(title), fontsize=_FS_TITLE)
         if overlay and len(members) > 1:
             ax.legend(fontsize=_FS_LEGEND - 0.5, loc="lower right", frameon=False, handlelength=1.6)
     for k, ax in enumerate(axes):
@@ -595,7 +615,7 @@ def plot_linearised(
             )
         _log_compute_axis(ax, label="compute (log scale)")
         _style_axes(ax)
-        ax.set_title(_text(title), fontsize=_FS_TITLE)
+        ax.set_title(_panel_title(title), fontsize=_FS_TITLE)
         if overlay:
             ax.legend(fontsize=_FS_LEGEND - 0.5, loc="upper left", frameon=False, handlelength=1.6)
     for k, ax in enumerate(axes):

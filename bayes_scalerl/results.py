@@ -126,8 +126,9 @@ class FitResult:
         kind : {"observation", "curve"}
             ``"curve"``: the noise-free expected reward. ``"observation"``: a new
             evaluation, curve plus noise of the fit's likelihood (Gaussian; Student-t;
-            binomial at the run's median ``n_eval`` plus the extra term; for AR(1) the
-            stationary marginal), clipped to ``[0, 1]``.
+            binomial at the run's median ``n_eval`` plus the extra term; AR(1): the
+            forecast given the run's last fitted residual, see ``_ar1_forecast``),
+            clipped to ``[0, 1]``.
         seed : int
             Seed of the observation noise.
         runs : sequence of str, optional
@@ -166,9 +167,39 @@ class FitResult:
             n_ref = np.nanmedian(self.dt["constant_data"]["n_eval"].values[idx], axis=1)[:, None, None]
             var = sigma**2 + binomial_variance(np.clip(mu, 0.0, 1.0), n_ref)
             noise = np.sqrt(var) * rng.standard_normal(mu.shape)
-        else:  # gaussian; ar1 uses its stationary sd, the marginal of a new evaluation
+        elif likelihood == "ar1":
+            mu, sd = self._ar1_forecast(idx, c, mu, sigma)
+            noise = sd * rng.standard_normal(mu.shape)
+        else:
             noise = sigma * rng.standard_normal(mu.shape)
         return np.clip(mu + noise, 0.0, 1.0)
+
+    def _ar1_forecast(self, idx, c, mu, sigma):
+        """AR(1) forecast of new evaluations after each run's last fitted one.
+
+        A point ``k`` evaluations after the last fitted one (``k`` from the run's median
+        spacing of fitted evaluations) has mean ``mu + rho^k e_last`` and sd
+        ``sigma sqrt(1 - rho^(2k))``, with ``e_last`` the draw's residual at the last fitted
+        evaluation; points inside or before the fit window get the stationary ``sigma``.
+        """
+        cd = self.dt["constant_data"]
+        comp, fitted = cd["compute"].values[idx], cd["in_fit"].values[idx]
+        y = self.dt["observed_data"]["reward"].values[idx]
+        rho = self.draws("rho")[idx][..., None]
+        last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)  # last fitted point per run
+        rows = np.arange(len(idx))
+        c_last, y_last = comp[rows, last], y[rows, last]
+        spacing = np.array(
+            [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
+        )
+        A, B, C = (self.draws(n)[idx] for n in ("A", "B", "C_mid"))
+        mu_last = scalerl_curve(c_last[:, None], A, B, C, self._R0_draws()[idx])  # run, sample
+        e_last = (y_last[:, None] - mu_last)[..., None]
+        k = (c - c_last[:, None]) / spacing[:, None]  # run, q
+        ahead = (k > 0) & np.isfinite(k)
+        k = np.where(ahead, np.maximum(np.round(k), 1.0), 0.0)[:, None, :]  # whole steps: rho may be < 0
+        w = np.where(ahead[:, None, :], rho**k, 0.0)
+        return mu + w * e_last, sigma * np.sqrt(1.0 - w**2)
 
     def predict(
         self,

@@ -208,7 +208,7 @@ def test_killed_fit_resumes_without_redoing_finished_chunks(tmp_path, data, refe
     ckpt = tmp_path / "ckpt"
     cache = tmp_path / "jax-cache"  # fresh: the first process compiles, the second loads
     fit = {**_FIT, "checkpoint_dir": str(ckpt)}
-    cmd = _child_cmd(tmp_path, [data["a"]], tmp_path / "resumed.npz", fit=fit, sleep_after_save=3.0)
+    cmd = _child_cmd(tmp_path, [data["a"]], tmp_path / "resumed.npz", fit=fit, sleep_after_save=2.0)
     env = _env(BAYES_SCALERL_CACHE_DIR=str(cache))
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     chunk0 = ckpt / "chunk-000000.npz"
@@ -299,3 +299,23 @@ def test_import_sets_the_cache_without_starting_jax(tmp_path):
         )
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split() == [expected, "3"]
+
+
+def test_cli_passes_checkpoint_and_executor_to_fit(tmp_path, monkeypatch, data):
+    from bayes_scalerl import cli, fitting
+
+    seen = {}
+
+    def fake_fit(runs, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop after the call")
+
+    monkeypatch.setattr(fitting, "fit", fake_fit)
+    csv = tmp_path / "runs.csv"
+    bs.read_runs(data["a"]).table.to_csv(csv, index=False)
+    argv = ["fit", str(csv), "--out", str(tmp_path / "o"), "--checkpoint", str(tmp_path / "ck")]
+    assert cli.main([*argv, "--executor", "ray"]) == 1
+    assert seen["checkpoint_dir"] == str(tmp_path / "ck") and seen["executor"] == "ray"
+    assert cli.main(argv[:4]) == 1
+    assert seen["checkpoint_dir"] is None and seen["executor"] == "local"
+    assert not (tmp_path / "o").exists()
