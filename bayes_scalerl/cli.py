@@ -451,8 +451,8 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         weak = diag.loc[~diag["a_identified"].astype(bool), "run"].tolist()
         if weak:
             print(
-                f"A weakly identified (the data barely move it from its prior; see diagnostics.csv, "
-                f"'bayes-scalerl identify'): {', '.join(weak)}"
+                f"A weakly identified (90% interval wider than 0.10 or posterior close to its prior; "
+                f"see a_flag in diagnostics.csv and 'bayes-scalerl identify'): {', '.join(weak)}"
             )
     return 0
 

@@ -244,7 +244,6 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
     (``step_size``: (run, chain)). JAX compiles it once per input shape and device.
     """
     fields = _returned_fields(priors)
-    d = n_dim(priors)
     c = config.num_chains
 
     def potential_gen(data: RunData):
@@ -278,7 +277,7 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
         A = draw_A(k_a, z, data, priors)
         p = constrain(z, data, priors)
         out = {
-            "z": z,
+            "z": z[..., : n_dim(priors)],  # Student-t: not the per-point latent precisions
             "A": A,
             "B": p.B,
             "C_mid": p.C_mid,
@@ -294,7 +293,7 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
         }
         return {f: out[f] for f in fields}
 
-    def run_start(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def run_start(key: jax.Array, d: int) -> tuple[jax.Array, jax.Array]:
         # one run's chains: their keys and initial points
         k_init, k_run = jax.random.split(key)
         return jax.random.split(k_run, c), jax.random.uniform(k_init, (c, d), minval=-2.0, maxval=2.0)
@@ -312,7 +311,8 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
             priors,
             inputs.get("n_eval"),
         )
-        lane_keys, z0 = jax.vmap(run_start)(keys)
+        d = n_dim(priors, inputs["compute"].shape[-1])  # static at trace time
+        lane_keys, z0 = jax.vmap(lambda k: run_start(k, d))(keys)
         g = z0.shape[0]
         # one vmap over run x chain lanes (a nested vmap traces twice as slowly)
         lanes = jax.tree_util.tree_map(lambda x: jnp.repeat(x, c, axis=0), data)

@@ -153,12 +153,16 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None)
 
 
 def z_index(priors: Priors) -> dict[str, int]:
-    """Position of each optional coordinate in ``z`` (after ``log S, v, log sigma``)."""
+    """Position of each optional coordinate in ``z`` (after ``log S, v, log sigma``).
+
+    With the Student-t likelihood, ``"lam"`` is where the per-point log precisions
+    start (one per padded point, to the end of ``z``).
+    """
     idx, i = {}, 3
     for name, on in (
         ("R0", priors.R0_fitted),
         ("rho", priors.likelihood == "ar1"),
-        ("gain", priors.likelihood == "student_t"),
+        ("lam", priors.likelihood == "student_t"),
     ):
         if on:
             idx[name] = i
@@ -166,9 +170,12 @@ def z_index(priors: Priors) -> dict[str, int]:
     return idx
 
 
-def n_dim(priors: Priors) -> int:
-    """Number of unconstrained coordinates NUTS samples."""
-    return 3 + len(z_index(priors))
+def n_dim(priors: Priors, n_points: int = 0) -> int:
+    """Number of unconstrained coordinates NUTS samples for runs padded to ``n_points``."""
+    idx = z_index(priors)
+    if "lam" in idx:
+        return idx["lam"] + n_points
+    return 3 + len(idx)
 
 
 def constrain(z: jax.Array, data: RunData, priors: Priors) -> Constrained:
@@ -241,6 +248,7 @@ def gain_conditional(
     A_loc: jax.Array | None = None,
     A_scale: jax.Array | None = None,
     rho: jax.Array | None = None,
+    precision: jax.Array | None = None,
 ) -> GainConditional:
     """The gain's conditional posterior and the marginal likelihood it leaves.
 
@@ -256,7 +264,9 @@ def gain_conditional(
     The noise is Gaussian with variance ``sigma^2 + data.bvar`` per point (``bvar`` is
     the binomial term, 0 for other likelihoods); with ``rho`` the errors of consecutive
     fitted points are AR(1), handled by whitening (the gain stays linear, so the
-    integral stays closed-form).
+    integral stays closed-form). ``precision`` (per point) divides the variances: the
+    Student-t likelihood is a normal scale mixture, so given the latent precisions the
+    gain is still integrated out in closed form.
     """
     x = jnp.exp(log_B) * (data.log_c - log_C_mid)
     s = jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
@@ -264,6 +274,8 @@ def gain_conditional(
     r = data.y - R0
     n = m.sum()
     var = sigma**2 + data.bvar  # bvar is 0 unless the likelihood is binomial
+    if precision is not None:  # Student-t as a scale mixture: point i has variance sigma^2 / lambda_i
+        var = var / precision
     if rho is not None:
         # AR(1) across consecutive fitted points: whiten, e_t - rho e_{t-1} ~ N(0, sigma^2 (1 - rho^2))
         prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
@@ -310,39 +322,28 @@ def gain_conditional(
     return GainConditional(mean, sd, upper, log_norm)
 
 
-def _log_prior_A(A: jax.Array, R0: jax.Array, priors: Priors) -> jax.Array:
-    """Log prior density of ``A`` on ``(R0, 1)``."""
-    if priors.A_uniform:
-        return -jnp.log(1.0 - R0)
-    mu, tau = priors.A_loc, priors.A_scale
-    return (
-        -0.5 * ((A - mu) / tau) ** 2
-        - jnp.log(tau)
-        - 0.5 * _LOG_2PI
-        - _log_diff_ndtr((R0 - mu) / tau, (1.0 - mu) / tau)
+def _latent_precisions(z: jax.Array, priors: Priors) -> tuple[jax.Array, jax.Array]:
+    """Per-point precisions ``lambda = exp(u) ~ Gamma(nu/2, nu/2)`` and their log prior in ``u``."""
+    u = z[..., z_index(priors)["lam"] :]
+    a = 0.5 * priors.nu
+    # Gamma(a, rate a) density in u = log(lambda), Jacobian included: a u - a e^u + const
+    lp = jnp.sum(a * u - a * jnp.exp(u), axis=-1) + u.shape[-1] * (
+        a * jnp.log(a) - jax.scipy.special.gammaln(a)
     )
-
-
-def _student_t_loglik(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> jax.Array:
-    """Log prior of the sampled gain plus the Student-t log-likelihood (``A`` not integrated out)."""
-    u = z[z_index(priors)["gain"]]
-    upper = 1.0 - p.R0
-    A = p.R0 + upper * jax.nn.sigmoid(u)
-    lp = _log_prior_A(A, p.R0, priors) + jnp.log(upper) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u)
-    x = jnp.exp(p.log_B) * (data.log_c - p.log_C_mid)
-    mu = p.R0 + (A - p.R0) * jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
-    ll = dist.StudentT(priors.nu, mu, p.sigma).log_prob(data.y)
-    return lp + jnp.sum(jnp.where(data.mask, ll, 0.0))
+    return jnp.exp(u), lp
 
 
 def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Log posterior density (up to a constant) of one run's unconstrained ``z``."""
     p = constrain(z, data, priors)
-    if priors.likelihood == "student_t":
-        return _log_prior(z, p, data, priors) + _student_t_loglik(z, p, data, priors)
     rho = p.rho if priors.likelihood == "ar1" else None
-    cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors, rho=rho)
-    return _log_prior(z, p, data, priors) + cond.log_norm
+    lp = _log_prior(z, p, data, priors)
+    lam = None
+    if priors.likelihood == "student_t":
+        lam, lp_lam = _latent_precisions(z, priors)
+        lp = lp + lp_lam
+    cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors, rho=rho, precision=lam)
+    return lp + cond.log_norm
 
 
 def _truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
@@ -368,15 +369,23 @@ def _truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
 def draw_A(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Exact draw of ``A`` given one run's ``z`` (any leading sample shape)."""
     p = constrain(z, data, priors)
-    if priors.likelihood == "student_t":  # A is sampled, not integrated out
-        return p.R0 + (1.0 - p.R0) * jax.nn.sigmoid(z[..., z_index(priors)["gain"]])
     use_rho = priors.likelihood == "ar1"
+    if priors.likelihood == "student_t":
+        lam = _latent_precisions(z, priors)[0].reshape(-1, z.shape[-1] - z_index(priors)["lam"])
+    else:
+        lam = jnp.ones((p.log_B.size, 1))
 
-    def one(lb, lc, s, r0, rho):
-        return gain_conditional(lb, lc, s, r0, data, priors, rho=rho if use_rho else None)
+    def one(lb, lc, s, r0, rho, la):
+        prec = la if priors.likelihood == "student_t" else None
+        return gain_conditional(lb, lc, s, r0, data, priors, rho=rho if use_rho else None, precision=prec)
 
     cond = jax.vmap(one)(
-        p.log_B.reshape(-1), p.log_C_mid.reshape(-1), p.sigma.reshape(-1), p.R0.reshape(-1), p.rho.reshape(-1)
+        p.log_B.reshape(-1),
+        p.log_C_mid.reshape(-1),
+        p.sigma.reshape(-1),
+        p.R0.reshape(-1),
+        p.rho.reshape(-1),
+        lam,
     )
     g = _truncnorm_draw(key, cond.mean, cond.sd, cond.upper)
     return (p.R0.reshape(-1) + g).reshape(p.log_B.shape)

@@ -50,8 +50,9 @@ class Priors:
 
         - ``"gaussian"`` (default): independent Normal(0, ``sigma``) errors.
         - ``"student_t"``: independent Student-t errors with ``nu`` degrees of freedom
-          and scale ``sigma`` (robust to outlying evaluations). ``A`` is then sampled
-          by NUTS instead of being integrated out.
+          and scale ``sigma`` (robust to outlying evaluations), sampled as a normal scale
+          mixture: one latent precision per point, ``Gamma(nu/2, nu/2)``, so that ``A``
+          is still integrated out given them.
         - ``"binomial"``: the variance of an evaluation is ``sigma^2 + p (1 - p) / n``
           with ``n`` the ``n_eval`` column (graded generations behind the mean) and
           ``p`` the observed pass rate shrunk as ``(y n + 0.5) / (n + 1)``; ``sigma`` is

@@ -62,24 +62,33 @@ def test_binomial_marginal_likelihood_equals_quadrature_with_per_point_variances
     np.testing.assert_allclose(binomial_variance(0.0, 10.0), (0.5 / 11) * (1 - 0.5 / 11) / 10)
 
 
-def test_student_t_density_is_the_t_likelihood_plus_the_priors():
+def test_student_t_is_a_scale_mixture_with_gamma_precisions():
     pri = bs.Priors(likelihood="student_t", nu=3.0)
+    assert z_index(pri) == {"lam": 3} and n_dim(pri, 15) == 18
     d, y = _data(pri)
-    assert n_dim(pri) == 4 and z_index(pri) == {"gain": 3}
-    z1 = jnp.array([0.1, -0.3, 0.2, 0.4])
-    z2 = jnp.array([0.1, -0.3, 0.2, -0.9])  # only the gain differs
+    # given the latent precisions the gain integral is Gaussian with variances sigma^2 / lambda
+    lam = np.random.default_rng(1).gamma(1.5, 1 / 1.5, C.size)
+    lB, lC, sigma, R0 = np.log(1.8), np.log(3000.0), 0.012, 0.25
+    got = gain_conditional(lB, lC, sigma, jnp.asarray(R0), d, pri, precision=jnp.asarray(lam))
+    s = 1 / (1 + np.exp(-1.8 * (np.log(C) - lC)))
+    want = _brute_log_norm(y, s, R0, np.diag(sigma**2 / lam), 1 - R0)
+    assert float(got.log_norm) == pytest.approx(want, rel=1e-7, abs=1e-7)
+    # the latent precisions' prior: Gamma(nu/2, rate nu/2) in log coordinates (Jacobian lambda)
+    u = np.random.default_rng(2).normal(size=C.size)
+    z1 = jnp.concatenate([jnp.array([0.1, -0.3, 0.2]), jnp.asarray(u)])
+    z2 = z1.at[3].set(0.0)
     p = constrain(z1, d, pri)
-    g = lambda u: 0.75 / (1 + np.exp(-u))  # noqa: E731
 
-    def direct(u):
-        A = 0.25 + g(u)
-        mu = 0.25 + (A - 0.25) / (1 + np.exp(-float(p.B) * (np.log(C) - float(p.log_C_mid))))
-        ll = stats.t.logpdf(y, df=3.0, loc=mu, scale=float(p.sigma)).sum()
-        # uniform A on (R0, 1) in the logit coordinate: density g'(u) / (1 - R0)
-        return ll + np.log(g(u) * (1 - g(u) / 0.75) / 0.75)
+    def direct(uu):
+        la = np.exp(uu)
+        cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, d, pri, precision=jnp.asarray(la))
+        prior = stats.gamma.logpdf(la, 1.5, scale=1 / 1.5) + uu
+        return float(cond.log_norm) + prior.sum()
 
     got = float(log_density(z1, d, pri) - log_density(z2, d, pri))
-    assert got == pytest.approx(direct(0.4) - direct(-0.9), rel=1e-9)
+    u2 = u.copy()
+    u2[0] = 0.0
+    assert got == pytest.approx(direct(u) - direct(u2), rel=1e-9)
 
 
 def test_unknown_likelihood_is_refused():
