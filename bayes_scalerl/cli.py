@@ -447,6 +447,9 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {', '.join(bad)}")
     else:
         print("every run converged (R-hat <= 1.01, bulk ESS >= 100, no divergences)")
+    low_bfmi = diag.loc[diag["bfmi_min"] < 0.3, "run"].tolist()
+    if low_bfmi:
+        print(f"low E-BFMI (< 0.3: the sampler explores the energy poorly): {', '.join(low_bfmi)}")
     if "a_identified" in diag.columns:
         weak = diag.loc[~diag["a_identified"].astype(bool), "run"].tolist()
         if weak:
