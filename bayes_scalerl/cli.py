@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from .priors import LIKELIHOODS
+
 __all__ = ["main"]
 
 
@@ -75,7 +77,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--likelihood",
-        choices=("gaussian", "student_t", "binomial", "ar1"),
+        choices=LIKELIHOODS,
         default="gaussian",
         help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
     )
@@ -140,6 +142,16 @@ def _read_input(args):
     return runs
 
 
+def _add_refit_options(p: argparse.ArgumentParser) -> None:
+    """Model and sampler options of the commands that refit (backtest, identify)."""
+    p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
+    p.add_argument("--chains", type=_positive_int, default=4)
+    p.add_argument("--warmup", type=_positive_int, default=500)
+    p.add_argument("--samples", type=_positive_int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--likelihood", choices=LIKELIHOODS, default="gaussian")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     parser = _Parser(prog="bayes-scalerl", description="Bayesian fits of ScaleRL compute-scaling curves.")
@@ -167,15 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fraction", type=_fraction, default=None, help="fit each run on compute <= this share of its own"
     )
     p_bt.add_argument("--out", required=True, help="folder for backtest.csv and scores.csv")
-    p_bt.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
     p_bt.add_argument("--bootstrap", type=_positive_int, default=200, help="bootstrap replicates (200)")
-    p_bt.add_argument("--chains", type=_positive_int, default=4)
-    p_bt.add_argument("--warmup", type=_positive_int, default=500)
-    p_bt.add_argument("--samples", type=_positive_int, default=500)
-    p_bt.add_argument("--seed", type=int, default=0)
-    p_bt.add_argument(
-        "--likelihood", choices=("gaussian", "student_t", "binomial", "ar1"), default="gaussian"
-    )
+    _add_refit_options(p_bt)
     p_id = sub.add_parser(
         "identify", help="does the data pin down the ceiling A? budget sweep, prior sensitivity, prediction"
     )
@@ -194,14 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_id.add_argument(
         "--no-sensitivity", action="store_true", help="skip the refits under alternative priors"
     )
-    p_id.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
-    p_id.add_argument("--chains", type=_positive_int, default=4)
-    p_id.add_argument("--warmup", type=_positive_int, default=500)
-    p_id.add_argument("--samples", type=_positive_int, default=500)
-    p_id.add_argument("--seed", type=int, default=0)
-    p_id.add_argument(
-        "--likelihood", choices=("gaussian", "student_t", "binomial", "ar1"), default="gaussian"
-    )
+    _add_refit_options(p_id)
     p_rep = sub.add_parser("report", help="write an HTML and Markdown report of a fit output folder")
     p_rep.add_argument("fitdir", help="output folder of 'bayes-scalerl fit' (holds posterior.nc)")
     p_rep.add_argument("--out", default=None, help="folder for the report (default: FITDIR)")
@@ -247,11 +245,18 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _fraction(text: str) -> float:
-    v = _nonneg_float(text)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {text!r}")
-    return v
+def _strictly_between_0_and_1(what: str):
+    def parse(text: str) -> float:
+        v = _nonneg_float(text)
+        if not 0 < v < 1:
+            raise argparse.ArgumentTypeError(f"expected a {what} between 0 and 1, got {text!r}")
+        return v
+
+    return parse
+
+
+_fraction = _strictly_between_0_and_1("fraction")
+_reward = _strictly_between_0_and_1("reward")
 
 
 def _run_backtest(args) -> int:
@@ -327,13 +332,6 @@ def _run_identify(args) -> int:
             print(f"A moves by more than 0.02 under an alternative prior: {', '.join(map(str, moved))}")
     print(f"tables and plot in {args.out}/")
     return 0
-
-
-def _reward(text: str) -> float:
-    v = _nonneg_float(text)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a reward between 0 and 1, got {text!r}")
-    return v
 
 
 def _run_compare(args) -> int:

@@ -66,7 +66,7 @@ from numpyro.infer.util import constrain_fn, potential_energy
 from . import __version__
 from .data import Runs, in_likelihood
 from .diagnostics import run_diagnostics
-from .fitting import fit
+from .fitting import _observed, fit
 from .model import GainConditional, _log_diff_ndtr, _truncnorm_draw
 from .priors import Priors
 from .results import FitResult
@@ -520,22 +520,6 @@ class FamilyFit:
         return np.clip(mu + post["sigma"] * rng.standard_normal(mu.shape), 0.0, 1.0)
 
 
-def _observed(runs: Runs, in_fit_fn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """NaN-padded (run, point) arrays of every evaluation and whether it is fitted."""
-    groups = runs.table.groupby("run", sort=False)
-    width = max(len(groups.get_group(n)) for n in runs.names)
-    compute = np.full((runs.n_runs, width), np.nan)
-    reward = np.full((runs.n_runs, width), np.nan)
-    fitted = np.zeros((runs.n_runs, width), bool)
-    for i, name in enumerate(runs.names):
-        g = groups.get_group(name)
-        c = g["compute"].to_numpy(float)
-        compute[i, : len(c)] = c
-        reward[i, : len(c)] = g["reward"].to_numpy(float)
-        fitted[i, : len(c)] = in_fit_fn(c)
-    return compute, reward, fitted
-
-
 def fit_family(
     runs: Runs | pd.DataFrame,
     family: str,
@@ -615,7 +599,7 @@ def fit_family(
     stats = {**stats, "step_size": step}
     sample_stats = xr.Dataset({k: (dims3, cdr(v)) for k, v in stats.items()}, coords=coords)
 
-    compute, reward, fitted = _observed(
+    compute, reward, fitted, _ = _observed(
         runs, lambda c: in_likelihood(c, min_compute=min_compute, fit_until=fit_until)
     )
     point = np.arange(compute.shape[1])
