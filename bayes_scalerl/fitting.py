@@ -107,7 +107,7 @@ def fit(
         Local devices to spread groups of runs over (default: all). Draws do not depend on it.
     group_size : int, optional
         Runs per compiled call (default: 16 on a CPU, ``chunk_size`` on a GPU). Draws
-        depend on it.
+        do not depend on it (with the default ``"queue"`` kernel).
 
     Returns
     -------

@@ -1,10 +1,14 @@
 """Batched NUTS: every chain of every run, in groups, on every local device.
 
-The functional core is NumPyro's :func:`numpyro.infer.hmc.hmc` (``init_kernel`` /
-``sample_kernel``) with a ``potential_fn_gen`` that takes one run's data. One
-jit-compiled **group program** advances the chains of ``group_size`` runs in
-lock-step (``jax.vmap`` over run x chain), each chain with its own step size and
-dense mass matrix adapted in its own warm-up.
+The sampler is NUTS as NumPyro implements it, run by :mod:`bayes_scalerl.nuts`: one
+jit-compiled **group program** works through the chains of ``group_size`` runs with
+``lanes`` chains side by side, one leapfrog step per lane per tick, each lane at its own
+place in its own trajectory, so a lane never waits for another lane's tree (vmapping
+NumPyro's kernel instead made every iteration as long as the deepest tree of the group:
+measured, 4 in 5 gradient evaluations were spent waiting). Each chain adapts its own
+step size and dense mass matrix in its own warm-up. ``SamplerConfig(kernel="lockstep")``
+runs NumPyro's own ``sample_kernel`` vmapped over the chains instead: same algorithm,
+slower; the tests use it as a reference.
 
 How a batch of runs is laid out:
 
@@ -12,19 +16,22 @@ How a batch of runs is laid out:
   checkpointing and of hand-over to an executor); a chunk's draws are copied to NumPy
   as soon as it finishes, so device memory never holds more than a couple of chunks;
 - a chunk is cut into **groups** of ``group_size`` runs (padded with copies of its first
-  run, whose draws are discarded); every group runs the *same* compiled program, and
+  run, which are not sampled); every group runs the *same* compiled program, and
   groups are dispatched round-robin to the local devices (``jax.device_put`` to device
   ``d``; JAX's asynchronous dispatch keeps the devices busy at the same time);
 - shapes are bucketed: the group size is ``min(group_size, 2**k)`` for the smallest
   ``2**k >= `` the chunk's run count (at least 4), points are padded to a multiple of 8,
   so a new data set of a similar size reuses the compiled program (:func:`trace_count`).
 
-Each run's randomness is ``fold_in(key, run_index)``, drawn inside the program, so a
-run's draws depend on the seed, its data and the program only: not on the device it
-lands on, the number of devices, the chunk it is in or the executor. The same program
-(same HLO, same compile options) on identical devices gives identical bits, so a fit on
-1 or N devices, in one process or over Ray, resumed from a checkpoint or not, gives the
-same draws.
+Each chain's randomness comes from ``fold_in(key, run_index)``, drawn inside the
+program and advanced only by that chain's own steps, so a run's draws depend on the
+seed, its data and the sampler settings only: not on the device it lands on, the number
+of devices, the other runs of its group or chunk, the group size, the lane that runs it,
+or the executor. (The number of lanes sets the width of every vectorised operation, so
+it is part of the program: a width the CPU does not vectorise the same way, such as 3
+lanes instead of 8 or 16, can change the last bits.) On one platform the same
+arithmetic gives the same bits, so a fit on 1 or N devices, in one process or over Ray,
+resumed from a checkpoint or not, gives the same draws (the tests check it bit for bit).
 
 The persistent JAX compilation cache is switched on when this module is imported (see
 :func:`set_compilation_cache`), so a second process loads the compiled program from
@@ -49,6 +56,7 @@ import numpy as np
 from numpyro.infer.hmc import hmc
 
 from .model import RunData, constrain, draw_A, log_density, make_run_data, n_dim
+from .nuts import NutsSettings, sample_queue
 from .priors import Priors
 
 __all__ = [
@@ -185,11 +193,19 @@ class SamplerConfig(NamedTuple):
     dense_mass : bool
         Adapt a dense mass matrix per lane.
     group_size : int or None
-        Runs advanced in lock-step by ``jax.vmap`` in one call of the compiled program.
-        Vmapped lanes wait for the slowest lane's tree at every iteration, so small
-        groups waste less on a CPU; an accelerator wants many lanes per call. ``None``
-        (default): 16 on a CPU, ``chunk_size`` on a GPU/TPU. Draws depend on it (it is
-        part of the program), not on the number of devices.
+        Runs whose chains one call of the compiled program works through. ``None``
+        (default): 16 on a CPU, ``chunk_size`` on a GPU/TPU.
+    kernel : {"queue", "lockstep"}
+        ``"queue"`` (default): :func:`bayes_scalerl.nuts.sample_queue`, lanes that each
+        advance their own chain one leapfrog step per tick and take the group's next
+        chain when theirs is done. ``"lockstep"``: NumPyro's ``sample_kernel`` vmapped
+        over all chains of the group, every iteration as long as its deepest tree (a
+        reference; slower).
+    lanes : int or None
+        Chains advanced side by side by the ``"queue"`` kernel. ``None`` (default): 16
+        on a CPU, where every vectorised operation costs about a microsecond whatever
+        its width, so a few lanes kept busy beat many lanes; every chain of the group
+        on a GPU/TPU.
     """
 
     num_chains: int = 4
@@ -199,6 +215,8 @@ class SamplerConfig(NamedTuple):
     max_tree_depth: int = 8
     dense_mass: bool = True
     group_size: int | None = None
+    kernel: str = "queue"
+    lanes: int | None = None
 
 
 class Draws(NamedTuple):
@@ -293,6 +311,67 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
         }
         return {f: out[f] for f in fields}
 
+    def group_queue(key_data: jax.Array, inputs: dict) -> dict:
+        _TRACES["sampler"] += 1  # runs only while JAX traces
+        key = jax.random.wrap_key_data(key_data, impl=impl)
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, inputs["run_index"])
+        data = make_run_data(
+            inputs["compute"],
+            inputs["reward"],
+            inputs["mask"],
+            inputs["R0"],
+            inputs["c_ref"],
+            priors,
+            inputs.get("n_eval"),
+        )
+        d = n_dim(priors, inputs["compute"].shape[-1])
+        lane_keys, z0 = jax.vmap(lambda k: run_start(k, d))(keys)
+        g = z0.shape[0]
+        split = jax.vmap(jax.random.split)(lane_keys.reshape(g * c))
+        k_nuts, k_a = split[:, 0], split[:, 1]
+        tasks = jax.tree_util.tree_map(lambda x: jnp.repeat(x, c, axis=0), data)
+        lanes = config.lanes if config.lanes is not None else g * c
+        settings = NutsSettings(
+            config.num_warmup,
+            config.num_samples,
+            config.target_accept,
+            config.max_tree_depth,
+            config.dense_mass,
+            int(min(lanes, g * c)),
+        )
+        n_valid = jnp.sum(inputs["valid"]).astype(jnp.int32) * c  # padding runs are not sampled
+        raw = sample_queue(
+            lambda zz, dd: -log_density(zz, dd, priors),
+            settings,
+            k_nuts,
+            z0.reshape(g * c, d),
+            tasks,
+            n_valid,
+        )
+        z = raw["z"]
+
+        def finish(k, zz, dd):
+            return draw_A(k, zz, dd, priors), constrain(zz, dd, priors)
+
+        A, p = jax.vmap(finish)(k_a, z, tasks)
+        out = {
+            "z": z[..., : n_dim(priors)],
+            "A": A,
+            "B": p.B,
+            "C_mid": p.C_mid,
+            "sigma": p.sigma,
+            "R0": p.R0,
+            "rho": p.rho,
+            "diverging": raw["diverging"],
+            "num_steps": raw["num_steps"],
+            "accept_prob": raw["accept_prob"],
+            "energy": raw["energy"],
+            "lp": -raw["pe"],
+            "step_size": raw["step_size"],
+        }
+        out = {f: out[f] for f in fields}
+        return jax.tree_util.tree_map(lambda x: x.reshape((g, c) + x.shape[1:]), out)
+
     def run_start(key: jax.Array, d: int) -> tuple[jax.Array, jax.Array]:
         # one run's chains: their keys and initial points
         k_init, k_run = jax.random.split(key)
@@ -319,7 +398,7 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
         out = jax.vmap(one_lane)(lane_keys.reshape(g * c), z0.reshape(g * c, d), lanes)
         return jax.tree_util.tree_map(lambda x: x.reshape((g, c) + x.shape[1:]), out)
 
-    return jax.jit(group)
+    return jax.jit(group_queue if config.kernel == "queue" else group)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,6 +425,11 @@ def _layout(n: int, chunk_size: int, group_size: int, n_devices: int) -> tuple[i
 
 def _default_group_size(platform: str, chunk_size: int) -> int:
     return 16 if platform == "cpu" else int(chunk_size)
+
+
+def _default_lanes(platform: str, config: SamplerConfig) -> int:
+    # a CPU pays per operation, so few lanes are cheapest; an accelerator wants them all
+    return 16 if platform == "cpu" else int(config.group_size) * config.num_chains
 
 
 class ChunkJob(NamedTuple):
@@ -406,6 +490,7 @@ def _chunk_job(index, lo, hi, key_data, arrays, chunk_size, group_size, n_device
     idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
     inputs = {k: v[idx].reshape((-1, gsize) + v.shape[1:]) for k, v in arrays.items()}
     inputs["run_index"] = idx.astype(np.uint32).reshape(-1, gsize)
+    inputs["valid"] = (np.arange(size) < hi - lo).reshape(-1, gsize)  # padding runs come last
     return ChunkJob(index, lo, hi, key_data, inputs)
 
 
@@ -515,8 +600,9 @@ def sample_window(
         ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before importing JAX).
         Results do not depend on it.
     group_size : int, optional
-        Overrides ``config.group_size`` (runs per compiled call; part of the program,
-        so draws depend on it). Default: 16 on a CPU, ``chunk_size`` on an accelerator.
+        Overrides ``config.group_size`` (runs per compiled call). Default: 16 on a CPU,
+        ``chunk_size`` on an accelerator. Draws of the ``"queue"`` kernel do not depend
+        on it; those of the ``"lockstep"`` kernel may.
     executor : {"local", "ray"} or executor object
         ``"local"``: this process's devices. ``"ray"``: one Ray task per chunk (see
         :class:`bayes_scalerl.executors.RayExecutor`; connects to the Ray instance
@@ -551,6 +637,8 @@ def sample_window(
     if int(gs) != gs or gs < 1:
         raise ValueError(f"group_size must be a positive integer, got {gs!r}")
     config = config._replace(group_size=int(gs))
+    if config.lanes is None:
+        config = config._replace(lanes=_default_lanes(exe.platform, config))
     key_data, impl = _key_parts(key)
     chunks = [(i, lo, min(lo + chunk_size, n_runs)) for i, lo in enumerate(range(0, n_runs, chunk_size))]
 

@@ -61,11 +61,15 @@ def _data(n: int, seed: int) -> bs.Runs:
     return bs.Runs.from_frame(bs.simulate_runs(truth, grid, rng))
 
 
-def _warm_sizes(n: int, chunk_size: int) -> list[int]:
-    """Run counts whose fits compile every program a fit of ``n`` runs uses."""
-    sizes = [min(n, chunk_size)]
+def _warm_sizes(n: int, chunk_size: int, group: int) -> list[int]:
+    """Smallest run counts whose fits compile every program a fit of ``n`` runs uses.
+
+    A chunk of ``m`` runs runs the program of groups of ``min(group, 2**k)`` runs
+    (``2**k >= m``), so a fit of ``min(m, group)`` runs compiles the same one.
+    """
+    sizes = [min(n, chunk_size, group)]
     if n > chunk_size and n % chunk_size:
-        sizes.append(n % chunk_size)
+        sizes.append(min(n % chunk_size, group))
     return sizes
 
 
@@ -136,7 +140,7 @@ def main() -> None:
         runs = _data(n, n)
         _EVENTS.clear()
         _SECS.clear()
-        for k, m in enumerate(_warm_sizes(n, args.chunk_size)):
+        for k, m in enumerate(_warm_sizes(n, args.chunk_size, group)):
             bs.fit(_data(m, 1_000_000 + 10 * n + k), seed=0, **settings)
         compile_s = sum(_SECS[e] for e in _COMPILE_EVENTS)
         hits = _EVENTS["/jax/compilation_cache/cache_hits"]
