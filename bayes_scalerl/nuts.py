@@ -275,8 +275,11 @@ def sample_queue(
     # ---- one leapfrog step and its bookkeeping (every tick)
     def advance(lane: _Lane):
         a = lane.adapt
+        # the next key, and two 32-bit words as this tick's randomness (one hash)
         key, k_tick = jax.random.split(wrap(lane.key))
-        u = jax.random.uniform(k_tick, (3,), dtype=f64)
+        word = jax.random.key_data(k_tick).reshape(-1)[:2]
+        u = (word >> 8).astype(f64) * 2.0**-24  # two uniforms on [0, 1) with 24 bits
+        go_right = (word[0] & 1) == 1  # the direction of a new subtree: the word's lowest bit
         sub, tree, right = lane.sub, lane.tree, lane.right
         first = sub.n_prop == 0
         z, r, g = (
@@ -363,7 +366,7 @@ def sample_queue(
         done = sub_done & ((depth >= settings.max_tree_depth) | tree_turning | tree.diverging)
         # a finished subtree: the next one starts empty, in a random direction
         sub = sub._replace(n_prop=jnp.where(sub_done, 0, sub.n_prop))
-        right = jnp.where(sub_done, u[2] < 0.5, right)
+        right = jnp.where(sub_done, go_right, right)
 
         # the transition, statistics and adaptation of a finished iteration
         accept = tree.sum_accept / jnp.maximum(tree.n_prop, 1)
