@@ -637,6 +637,10 @@ def sample_window(
     if int(gs) != gs or gs < 1:
         raise ValueError(f"group_size must be a positive integer, got {gs!r}")
     config = config._replace(group_size=int(gs))
+    if config.kernel not in ("queue", "lockstep"):
+        raise ValueError(f"kernel must be 'queue' or 'lockstep', got {config.kernel!r}")
+    if config.lanes is not None and (int(config.lanes) != config.lanes or config.lanes < 1):
+        raise ValueError(f"lanes must be a positive integer, got {config.lanes!r}")
     if config.lanes is None:
         config = config._replace(lanes=_default_lanes(exe.platform, config))
     key_data, impl = _key_parts(key)

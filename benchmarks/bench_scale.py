@@ -61,15 +61,16 @@ def _data(n: int, seed: int) -> bs.Runs:
     return bs.Runs.from_frame(bs.simulate_runs(truth, grid, rng))
 
 
-def _warm_sizes(n: int, chunk_size: int, group: int) -> list[int]:
+def _warm_sizes(n: int, chunk_size: int, group: int, n_devices: int) -> list[int]:
     """Smallest run counts whose fits compile every program a fit of ``n`` runs uses.
 
     A chunk of ``m`` runs runs the program of groups of ``min(group, 2**k)`` runs
-    (``2**k >= m``), so a fit of ``min(m, group)`` runs compiles the same one.
+    (``2**k >= m``) on up to ``n_devices`` devices (one executable per device), so a
+    fit of ``min(m, group * n_devices)`` runs compiles the same ones.
     """
-    sizes = [min(n, chunk_size, group)]
+    sizes = [min(n, chunk_size, group * n_devices)]
     if n > chunk_size and n % chunk_size:
-        sizes.append(min(n % chunk_size, group))
+        sizes.append(min(n % chunk_size, group * n_devices))
     return sizes
 
 
@@ -140,7 +141,7 @@ def main() -> None:
         runs = _data(n, n)
         _EVENTS.clear()
         _SECS.clear()
-        for k, m in enumerate(_warm_sizes(n, args.chunk_size, group)):
+        for k, m in enumerate(_warm_sizes(n, args.chunk_size, group, len(jax.devices()))):
             bs.fit(_data(m, 1_000_000 + 10 * n + k), seed=0, **settings)
         compile_s = sum(_SECS[e] for e in _COMPILE_EVENTS)
         hits = _EVENTS["/jax/compilation_cache/cache_hits"]

@@ -115,6 +115,16 @@ def test_bad_sampler_settings(bad):
         bs.fit(df, **kw)
 
 
+@pytest.mark.parametrize("bad, match", [(dict(kernel="vmap"), "kernel"), (dict(lanes=0), "lanes")])
+def test_bad_kernel_settings_name_the_setting(bad, match):
+    _, df = _three_runs(4)
+    w = bs.Runs.from_frame(df).window(min_compute=1500)
+    import jax
+
+    with pytest.raises(ValueError, match=match):
+        inference.sample_window(jax.random.key(0), w, bs.Priors(), inference.SamplerConfig(**bad))
+
+
 @pytest.mark.parametrize("n, devices", [(1, 1), (3, 1), (17, 1), (100, 1), (3, 2), (100, 2), (600, 4)])
 def test_layout_covers_runs_in_whole_groups(n, devices):
     size, gsize, used = inference._layout(min(n, 512), 512, 16, devices)
