@@ -169,15 +169,14 @@ def _gain_marginal(s, y, mask, R0, sigma, upper) -> GainConditional:
     mean = h / prec
     sd = 1.0 / jnp.sqrt(prec)
     log_mass = _log_diff_ndtr(-mean / sd, (upper - mean) / sd)
-    log_norm = (
+    log_free = (
         -0.5 * n * (_LOG_2PI + jnp.log(var))
         - 0.5 * rss0 / var
         + 0.5 * h * mean
         + 0.5 * (_LOG_2PI - jnp.log(prec))
-        + log_mass
         - jnp.log(upper)
     )
-    return GainConditional(mean, sd, upper, log_norm)
+    return GainConditional(mean, sd, upper, log_free + log_mass, log_free)
 
 
 def _power_fraction(params: dict, data: FamilyData) -> jax.Array:

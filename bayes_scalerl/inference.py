@@ -186,8 +186,10 @@ class SamplerConfig(NamedTuple):
     num_chains, num_warmup, num_samples : int
         Chains per run, warm-up iterations and kept draws per chain.
     target_accept : float
-        Target acceptance probability of the step-size adaptation (0.99: the
-        ``A <= 1`` wall of weakly identified runs needs small steps).
+        Target acceptance probability of the step-size adaptation (0.9: with the
+        gain sampled, see :mod:`bayes_scalerl.model`, the ``A <= 1`` bound no longer
+        needs small steps; measured on 500 simulated runs, 0.8 diverged in 1.6% of runs,
+        0.9 in 0.4%, 0.95 in 0.2% with 10% more steps).
     max_tree_depth : int
         Cap on NUTS tree depth (2**depth leapfrog steps at most per iteration).
     dense_mass : bool
@@ -211,7 +213,7 @@ class SamplerConfig(NamedTuple):
     num_chains: int = 4
     num_warmup: int = 500
     num_samples: int = 500
-    target_accept: float = 0.99
+    target_accept: float = 0.9
     max_tree_depth: int = 8
     dense_mass: bool = True
     group_size: int | None = None

@@ -36,11 +36,22 @@ def test_marginal_likelihood_matches_quadrature(priors, B, C, s):
 
 
 def test_log_jacobian_matches_autodiff():
+    # the density is over (B, log C_mid, g); NUTS samples (z0, z1, z3); z2 is log sigma
     priors = Priors()
     _, _, d = _data(priors)
-    for z in [jnp.array([0.3, -0.7, -2.0]), jnp.array([-1.0, 2.5, -1.0]), jnp.array([0.0, -4.0, 0.0])]:
-        f = lambda q: jnp.stack([constrain(q, d, priors).B, constrain(q, d, priors).log_C_mid])  # noqa: E731
-        J = jax.jacfwd(f)(z)[:, :2]
+    points = [
+        jnp.array([0.3, -0.7, -2.0, -0.4]),
+        jnp.array([-1.0, 2.5, -1.0, 1.3]),
+        jnp.array([0.0, -4.0, 0.0, 0.2]),
+        jnp.array([0.5, -9.0, 0.0, -6.0]),
+    ]
+    for z in points:
+
+        def f(q):
+            c = constrain(q, d, priors)
+            return jnp.stack([c.B, c.log_C_mid, c.gain])
+
+        J = jax.jacfwd(f)(z)[:, jnp.array([0, 1, 3])]
         expected = jnp.log(jnp.abs(jnp.linalg.det(J)))
         assert float(constrain(z, d, priors).log_jac) == pytest.approx(float(expected), rel=1e-9, abs=1e-9)
 

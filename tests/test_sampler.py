@@ -186,9 +186,10 @@ def test_lane_queue_matches_numpyros_own_nuts_kernel():
     lock = inference.sample_window(key, w, bs.Priors(), cfg._replace(kernel="lockstep"), progress=False)
     for d in (queue, lock):
         assert not d.diverging.any()
-        # dual averaging targets the mean acceptance (0.99); its average over the draws
-        # lands within a couple of percent of it
-        assert 0.96 < d.accept_prob.mean() <= 1.0
+        # dual averaging targets the mean acceptance (0.9); the draws use its averaged
+        # step size, which is smaller than the last iterates, so they accept a little more
+        print(f"mean acceptance {d.accept_prob.mean():.3f}")
+        assert cfg.target_accept - 0.02 < d.accept_prob.mean() < cfg.target_accept + 0.08
     for i in range(3):
         for name in ("A", "B", "C_mid", "sigma"):
             a, b = getattr(queue, name)[i], getattr(lock, name)[i]

@@ -35,7 +35,7 @@ _FIT = dict(
     log_likelihood=False,
     progress=False,
 )
-_CONFIG = inference.SamplerConfig(4, 40, 20, 0.99, 8, True, 4)
+_CONFIG = inference.SamplerConfig(4, 40, 20, 0.9, 8, True, 4)
 _CONFIG = _CONFIG._replace(lanes=inference._default_lanes("cpu", _CONFIG))  # as fit resolves it
 
 _CHILD = textwrap.dedent(
