@@ -429,6 +429,24 @@ def _default_group_size(platform: str, chunk_size: int) -> int:
     return 16 if platform == "cpu" else int(chunk_size)
 
 
+def _one_cpu_device_only(priors: Priors, executor, n_devices: int | None) -> bool:
+    """Whether a local CPU fit must stay on one device although several are visible.
+
+    The Student-t sampler carries one latent precision per point, so its vectors are long
+    enough for XLA's CPU backend to split operations into tasks on its shared thread pool.
+    Measured on a 2-core machine with 2 CPU devices (jax 0.10), two such programs running
+    at once, one per device, stop with every thread waiting (0% CPU, no progress). Until
+    that is fixed upstream, Student-t fits on a CPU use one device unless ``n_devices``
+    says otherwise; the draws do not depend on the device count.
+    """
+    if priors.likelihood != "student_t" or n_devices is not None or executor != "local":
+        return False
+    if jax.default_backend() != "cpu" or jax.local_device_count() < 2:
+        return False
+    logger.info("Student-t likelihood on a CPU: one device (several deadlock in XLA's CPU runtime)")
+    return True
+
+
 def _default_lanes(platform: str, config: SamplerConfig) -> int:
     # a CPU pays per operation, so few lanes are cheapest; an accelerator wants them all
     return 16 if platform == "cpu" else int(config.group_size) * config.num_chains
@@ -632,6 +650,8 @@ def sample_window(
     n_runs = arrays["reward"].shape[0]
     if n_runs == 0:
         raise ValueError("no runs to fit")
+    if _one_cpu_device_only(priors, executor, n_devices):
+        n_devices = 1
     exe = resolve_executor(executor, n_devices=n_devices)
     gs = group_size if group_size is not None else config.group_size
     if gs is None:

@@ -15,8 +15,9 @@ inside subtrees, biased progressive sampling between them, the generalised no-U-
 criterion checked on the checkpointed subtrees, divergence at an energy error of
 1000) with its Stan-style warm-up (dual averaging of the step size towards
 ``target_accept``; the dense or diagonal mass matrix estimated by Welford's method in
-doubling windows, regularised as Stan does, with a new step-size search at each window
-end). NumPyro's own pieces are reused: ``velocity_verlet``, ``dual_averaging``,
+doubling windows, regularised as Stan does; at each window end dual averaging restarts
+from 10x the step size, without NumPyro's new step-size search). NumPyro's own pieces
+are reused: ``velocity_verlet``, ``dual_averaging``,
 ``welford_covariance``, ``build_adaptation_schedule``, ``find_reasonable_step_size``
 and ``momentum_generator``. Only the control flow is new, and the tests check the
 draws against quadrature of the posterior and against NumPyro's ``MCMC``.

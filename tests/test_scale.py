@@ -320,3 +320,31 @@ def test_cli_passes_checkpoint_and_executor_to_fit(tmp_path, monkeypatch, data):
     assert cli.main(argv[:4]) == 1
     assert seen["checkpoint_dir"] is None and seen["executor"] == "local"
     assert not (tmp_path / "o").exists()
+
+
+_STUDENT_T_CHILD = textwrap.dedent(
+    """
+    import numpy as np
+    import bayes_scalerl as bs
+    bs.use_all_cpu_cores(2)
+    rng = np.random.default_rng(0)
+    df = bs.simulate_runs(bs.random_truth(rng, 8), np.linspace(0.0, 16000.0, 25), rng)
+    res = bs.fit(df, min_compute=1500, priors=bs.Priors(likelihood="student_t"), warmup=60,
+                 samples=40, group_size=4, log_likelihood=False, progress=False)
+    print("done", len(res.diagnostics()))
+    """
+)
+
+
+def test_student_t_fit_on_two_cpu_devices_finishes():
+    """Two Student-t programs at once, one per CPU device, deadlock XLA's CPU runtime.
+
+    Measured with this script and ``n_devices=2``: no progress at 0% CPU until killed
+    (the 90 s limit); the default keeps Student-t fits on one CPU device and finishes in
+    seconds. A hang fails the test through the timeout.
+    """
+    r = subprocess.run(
+        [sys.executable, "-c", _STUDENT_T_CHILD], env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "done 8" in r.stdout
