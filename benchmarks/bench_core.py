@@ -9,7 +9,7 @@ sets R0; points from 1.5k are fitted), true A in [0.45, 0.75], B in [1, 3], C_mi
 log-uniform in [2k, 20k] (so many curves are seen only below C_mid), noise 0.01-0.02.
 NUTS: 4 chains x 500 warm-up x 500 draws per run. The wall time is after compilation
 (compile s: tracing, lowering and XLA compilation, or loading from the persistent
-compilation cache, during a fit of 16 other runs per device, which compiles the program
+compilation cache, during a fit of one group of other runs per device, which compiles the program
 on every device for the timed fit; the script checks that the timed fit does not trace
 again).
 """
@@ -90,7 +90,8 @@ def main() -> None:
     for n in args.runs:
         # a fit of one group of other runs per device compiles the program (on every
         # device) that the timed fit uses
-        warm = _data(min(n, 16 * len(jax.devices())), 1000 + n)
+        group = inference._default_group_size(jax.devices()[0].platform, 512)
+        warm = _data(min(n, group * len(jax.devices())), 1000 + n)
         runs = _data(n, n)
         settings = dict(
             min_compute=1500, warmup=args.warmup, samples=args.samples, log_likelihood=False, progress=False

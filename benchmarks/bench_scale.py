@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--chunk-size", type=int, default=512)
-    ap.add_argument("--group-size", type=int, default=None, help="default: 16 on a CPU, chunk size on a GPU")
+    ap.add_argument("--group-size", type=int, default=None, help="default: 64 on a CPU, chunk size on a GPU")
     ap.add_argument("--executor", choices=("local", "ray"), default="local")
     ap.add_argument("--out", default=None, help="Markdown file for the table")
     args = ap.parse_args()
@@ -104,7 +104,7 @@ def main() -> None:
     jax.monitoring.register_event_listener(lambda name, **kw: _EVENTS.update([name]))
     jax.monitoring.register_event_duration_secs_listener(lambda name, d, **kw: _SECS.update({name: d}))
     dev = jax.devices()[0]
-    group = args.group_size or (16 if dev.platform == "cpu" else args.chunk_size)
+    group = args.group_size or inference._default_group_size(dev.platform, args.chunk_size)
     lines = [
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPU cores, "
         f"JAX devices: {len(jax.devices())} x {dev.platform} ({dev.device_kind}); CPU devices: {n_cpu}",

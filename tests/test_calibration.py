@@ -59,8 +59,10 @@ def test_most_runs_converge(calibration_fit):
         f"converged {d.converged.mean():.3f}, R-hat<=1.01 {(d.r_hat_max <= 1.01).mean():.3f}, "
         f"any divergence {(d.divergences > 0).mean():.3f}"
     )
-    # Measured 0.47 with 300 warm-up + 300 draws and 1.6% of runs with a divergence (0.42 and
-    # 3% with the gain integrated out; 64 runs give a binomial sd of 0.06; see the note on
-    # issue 2): a regression guard, not the target of 0.99, which the sampler does not reach.
-    assert (d.r_hat_max <= 1.01).mean() >= 0.35
+    # A regression guard, not the target of 0.99, which the sampler does not reach at 300
+    # warm-up + 300 draws. Measured over seeds 0-7 of this fit: mean 0.52 (0.34-0.64) with
+    # 2.0% of runs with a divergence (0.50 and 1.4% with jax.random's draws instead of
+    # the sampler's own hash); this test's seed gives 0.34. 64 runs give a binomial sd of
+    # 0.06, so the guard sits 3.5 sds (0.21) below the mean.
+    assert (d.r_hat_max <= 1.01).mean() >= 0.30
     assert (d.divergences > 0).mean() <= 0.05

@@ -91,7 +91,11 @@ def test_layout_and_round_trip(hier_fit, tmp_path):
 def test_pooled_fit_is_sampled_cleanly(hier_fit):
     sd = sampler_diagnostics(hier_fit.dt)
     assert set(sd.variable) >= {"A", "A_recipe", "A_seed_sd", "B_seed_sd", "C_mid_recipe_sd"}
-    assert sd.divergences.iloc[0] == 0
+    # Measured over seeds 0-15 of this fit: 12-14 of 16 fits have no divergent transition,
+    # the others 1-3 of their 1,200 draws (this seed: 3; exactly which seeds depends on
+    # the last bits of the arithmetic, see the note on issue 2). A non-centred seed level
+    # keeps them that rare; the centred one, the known bad geometry, gave dozens.
+    assert sd.divergences.iloc[0] <= 6  # at most 0.5% of the draws
     # CI's short chains (4 x 300 draws) leave R-hat of the slowest hyperparameters (the seed
     # spreads) at 1.01-1.04 run to run; a centred seed level, the known bad geometry, gave 1.10
     # and dozens of divergences on this data. The <= 1.01 target is measured with the defaults
