@@ -171,11 +171,13 @@ def _leaf_tree(z, r, pe, g, energy, weight, diverging, accept) -> _Tree:
     return _Tree(z, r, g, z, r, g, z, pe, g, energy, weight, r, diverging, accept, jnp.ones((), jnp.int32))
 
 
+def _times(mass, r):
+    """``mass @ r`` for a dense (2-d) matrix, ``mass * r`` for a diagonal (1-d) one."""
+    return mass @ r if mass.ndim == 2 else mass * r
+
+
 def _is_turning(inv_mass, r_left, r_right, r_sum):
-    if inv_mass.ndim == 2:
-        v_left, v_right = inv_mass @ r_left, inv_mass @ r_right
-    else:
-        v_left, v_right = inv_mass * r_left, inv_mass * r_right
+    v_left, v_right = _times(inv_mass, r_left), _times(inv_mass, r_right)
     r_sum = r_sum - 0.5 * (r_left + r_right)
     return (jnp.dot(v_left, r_sum) <= 0) | (jnp.dot(v_right, r_sum) <= 0)
 
@@ -300,10 +302,7 @@ def sample_queue(
         # the randomness of a trajectory started after step n_step: streams 1..d+1
         hi, lo = _counter_words(lane.key, jnp.arange(1, d + 2, dtype=jnp.uint32), lane.n_step)
         eps = _std_normal(hi[:d], lo[:d], f64)
-        if lane.adapt.mass_sqrt.ndim == 2:  # numpyro's momentum_generator, on these normals
-            r = jnp.dot(lane.adapt.mass_sqrt, eps)
-        else:
-            r = lane.adapt.mass_sqrt * eps
+        r = _times(lane.adapt.mass_sqrt, eps)  # numpyro's momentum_generator, on these normals
         energy0 = lane.pe + kinetic(lane.adapt.inv_mass, r)
         zero = jnp.zeros((), f64)
         tree = _leaf_tree(lane.z, r, lane.pe, lane.grad, energy0, zero, jnp.array(False), zero)
@@ -376,7 +375,7 @@ def sample_queue(
         r_sum_ckpts = jnp.where(even, lane.r_sum_ckpts.at[i_max].set(sub.r_sum), lane.r_sum_ckpts)
         idx = jnp.arange(settings.max_tree_depth)
         in_range = (idx >= i_min) & (idx <= i_max)
-        v1 = a.inv_mass @ r1 if a.inv_mass.ndim == 2 else a.inv_mass * r1
+        v1 = _times(a.inv_mass, r1)
         vc = r_ckpts @ a.inv_mass.T if a.inv_mass.ndim == 2 else r_ckpts * a.inv_mass
         rs = sub.r_sum[None, :] - r_sum_ckpts + 0.5 * r_ckpts - 0.5 * r1[None, :]
         turns = (jnp.sum(vc * rs, axis=1) <= 0) | (rs @ v1 <= 0)
