@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.hmc import hmc
 
-from .model import RunData, constrain, draw_A, log_density, make_run_data, n_dim
+from .model import RunData, constrain, draw_A, log_density, make_run_data, n_dim, refresh_sigma
 from .nuts import NutsSettings, sample_queue
 from .priors import Priors
 
@@ -253,6 +253,18 @@ def _returned_fields(priors: Priors) -> tuple[str, ...]:
     return tuple(f for f in _FIELDS if f not in skip)
 
 
+def _report(key: jax.Array, z: jax.Array, data: RunData, priors: Priors):
+    """One chain's reported draws from its NUTS draws ``z``: ``A`` and ``sigma`` (see
+    :func:`~bayes_scalerl.model.refresh_sigma`) drawn given the rest, and the rest.
+
+    ``sigma`` is drawn given ``B``, ``C_mid`` and NUTS's gain, then ``A`` given ``B``,
+    ``C_mid`` and that ``sigma``: each step leaves the posterior invariant.
+    """
+    k_sigma, k_a = jax.random.split(key)
+    sigma = refresh_sigma(k_sigma, z, data, priors)
+    return draw_A(k_a, z, data, priors, sigma=sigma), sigma, constrain(z, data, priors)
+
+
 @functools.lru_cache(maxsize=32)
 def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Callable:
     """The jit-compiled program of one group of runs, per (priors, config, key impl).
@@ -295,14 +307,13 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
             return s, out
 
         state, (z, div, steps, acc, energy, lp) = jax.lax.scan(draw, state, None, length=config.num_samples)
-        A = draw_A(k_a, z, data, priors)
-        p = constrain(z, data, priors)
+        A, sigma, p = _report(k_a, z, data, priors)
         out = {
             "z": z[..., : n_dim(priors)],  # Student-t: not the per-point latent precisions
             "A": A,
             "B": p.B,
             "C_mid": p.C_mid,
-            "sigma": p.sigma,
+            "sigma": sigma,
             "R0": p.R0,
             "rho": p.rho,
             "diverging": div,
@@ -353,16 +364,13 @@ def _compiled_sampler(priors: Priors, config: SamplerConfig, impl: str) -> Calla
         )
         z = raw["z"]
 
-        def finish(k, zz, dd):
-            return draw_A(k, zz, dd, priors), constrain(zz, dd, priors)
-
-        A, p = jax.vmap(finish)(k_a, z, tasks)
+        A, sigma, p = jax.vmap(lambda k, zz, dd: _report(k, zz, dd, priors))(k_a, z, tasks)
         out = {
             "z": z[..., : n_dim(priors)],
             "A": A,
             "B": p.B,
             "C_mid": p.C_mid,
-            "sigma": p.sigma,
+            "sigma": sigma,
             "R0": p.R0,
             "rho": p.rho,
             "diverging": raw["diverging"],

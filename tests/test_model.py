@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from bayes_scalerl.model import _truncnorm_draw, constrain, gain_conditional, make_run_data
+from bayes_scalerl.model import _truncnorm_draw, constrain, gain_conditional, make_run_data, refresh_sigma
 from bayes_scalerl.priors import Priors
 
 
@@ -66,3 +66,32 @@ def test_truncated_normal_draws_follow_scipy(mean, sd, upper):
     dist = stats.truncnorm((0 - mean) / sd, (upper - mean) / sd, loc=mean, scale=sd)
     # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct sampler
     assert stats.kstest(x, dist.cdf).pvalue > 1e-3
+
+
+def test_sigma_refresh_leaves_its_conditional_invariant():
+    # start from exact draws of sigma's conditional given (B, C_mid, gain), computed on a
+    # fine grid; one refresh must keep that distribution. At this z (a poor curve,
+    # sigma about 0.08) a prior scale of 0.08 makes the accept step matter.
+    priors = Priors(sigma_scale=0.08)
+    c, y, d = _data(priors)
+    z = jnp.array([0.1, -0.3, 0.0, 0.2])
+    p = constrain(z, d, priors)
+    frac = 1 / (1 + (float(p.C_mid) / c) ** float(p.B))
+    rss = np.sum((y - 0.2 - float(p.gain) * frac) ** 2)
+    grid = np.linspace(1e-4, 0.2, 200001)
+    logp = -len(c) * np.log(grid) - 0.5 * rss / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
+    cdf = np.cumsum(np.exp(logp - logp.max()))
+    cdf /= cdf[-1]
+    n = 20000
+    start = np.interp(np.random.default_rng(3).uniform(size=n), cdf, grid)
+    zs = np.tile(np.asarray(z), (n, 1))
+    zs[:, 2] = np.log(start / priors.sigma_scale)
+    new = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, priors))
+    assert 0.5 < np.mean(new != start) < 0.95  # it moves, and refuses some proposals
+    # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct step
+    assert stats.kstest(new, lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
+    # and a step that ignored the prior (always accepting) would fail the same test
+    flat = Priors(sigma_scale=1e6)
+    zs[:, 2] = np.log(start / flat.sigma_scale)
+    always = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, flat))
+    assert stats.kstest(always, lambda x: np.interp(x, grid, cdf)).pvalue < 1e-3

@@ -48,7 +48,8 @@ def _grid_posterior(c, y, R0, c_ref, priors):
     w = np.exp(logp - logsumexp(logp))
     pA = w.sum(axis=(1, 2, 3))
     pB = w.sum(axis=(0, 2, 3))
-    return (A, pA), (np.exp(lB), pB)
+    pS = w.sum(axis=(0, 1, 2))
+    return (A, pA), (np.exp(lB), pB), (sig, pS)
 
 
 def _quantiles(x, p, qs):
@@ -66,8 +67,10 @@ def test_nuts_matches_brute_force_grid():
     diag = res.diagnostics()
     for i, name in enumerate(runs.names):
         m = w.mask[i]
-        (A, pA), (B, pB) = _grid_posterior(w.compute[i][m], w.reward[i][m], w.R0[i], w.c_ref[i], priors)
-        for param, grid, p in (("A", A, pA), ("B", B, pB)):
+        (A, pA), (B, pB), (S, pS) = _grid_posterior(
+            w.compute[i][m], w.reward[i][m], w.R0[i], w.c_ref[i], priors
+        )
+        for param, grid, p in (("A", A, pA), ("B", B, pB), ("sigma", S, pS)):
             row = summ[(summ.run == name) & (summ.param == param)].iloc[0]
             exact = _quantiles(grid, p, [0.05, 0.5, 0.95])
             ess = float(diag.loc[diag.run == name, "ess_bulk_min"].iloc[0])
