@@ -319,6 +319,12 @@ def _log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.where(width < 1e-5, narrow, diff)
 
 
+def _fraction(log_B: jax.Array, log_C_mid: jax.Array, data: RunData) -> jax.Array:
+    """Gain fraction at each of the run's points (0 at compute 0), last axis the points."""
+    x = jnp.exp(log_B) * (data.log_c - log_C_mid)
+    return jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
+
+
 class GainConditional(NamedTuple):
     """Truncated normal conditional of the gain ``g = A - R0`` on ``(0, upper)``."""
 
@@ -360,8 +366,7 @@ def gain_conditional(
     Student-t likelihood is a normal scale mixture, so given the latent precisions the
     gain is still integrated out in closed form.
     """
-    x = jnp.exp(log_B) * (data.log_c - log_C_mid)
-    s = jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
+    s = _fraction(log_B, log_C_mid, data)
     m = data.mask.astype(s.dtype)
     r = data.y - R0
     n = m.sum()
@@ -489,8 +494,7 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     p = constrain(z, data, priors)
     if priors.likelihood != "gaussian":
         return p.sigma
-    x = jnp.exp(p.log_B)[..., None] * (data.log_c - p.log_C_mid[..., None])
-    frac = jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
+    frac = _fraction(p.log_B[..., None], p.log_C_mid[..., None], data)
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
     rss = jnp.sum(m * resid * resid, axis=-1)
