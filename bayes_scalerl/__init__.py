@@ -4,18 +4,16 @@ Fit ``R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)`` to many RL training curves at
 once with NUTS, get posteriors, predictive bands for unseen budgets and per-run
 diagnostics.
 
-Importing the package turns on JAX's 64-bit mode (``jax_enable_x64``): the sampler
-needs float64.
+The sampler needs float64: the package's entry points run in JAX's 64-bit mode
+(:func:`bayes_scalerl.runtime.x64`), and the persistent compilation cache is switched on
+by the first fit (:func:`bayes_scalerl.runtime.ensure_compilation_cache`); importing the
+package leaves JAX's configuration as it was.
 
 Main entry points: :func:`read_runs` / :func:`read_any` (tables and training logs),
 :class:`Runs`, :class:`Priors`, :func:`fit` (independent or hierarchical), :class:`FitResult`,
 :func:`compare` and friends (recipe comparisons), :func:`paper_fit`, :func:`plot_curves`,
 :func:`scalerl_curve`.
 """
-
-import jax
-
-jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
 
@@ -26,15 +24,16 @@ from .curve import compute_to_reach, gain_fraction, linearised, scalerl_curve  #
 from .data import DataError, Runs  # noqa: E402
 from .demo import demo_runs, demo_truth  # noqa: E402
 from .devices import use_all_cpu_cores  # noqa: E402
-from .families import FamilyFit, compare_families, fit_family  # noqa: E402
+from .families import compare_families, fit_family  # noqa: E402
 from .fitting import fit  # noqa: E402
 from .hierarchical import HierPriors  # noqa: E402
 from .identify import BudgetSweep, budget_sweep, identifiability, prior_sensitivity  # noqa: E402
-from .inference import set_compilation_cache  # noqa: E402
 from .io import read_runs  # noqa: E402
+from .outputs import write_fit_folder  # noqa: E402
 from .priors import Priors  # noqa: E402
 from .readers import read_any, read_table, read_tensorboard, read_verl, read_wandb_csv  # noqa: E402
 from .results import FitResult  # noqa: E402
+from .runtime import set_compilation_cache  # noqa: E402
 from .simulate import random_truth, simulate_runs  # noqa: E402
 
 
@@ -71,7 +70,6 @@ __all__ = [
     "__version__",
     "Backtest",
     "BudgetSweep",
-    "FamilyFit",
     "DataError",
     "FitResult",
     "HierPriors",
@@ -109,5 +107,6 @@ __all__ = [
     "set_compilation_cache",
     "simulate_runs",
     "use_all_cpu_cores",
+    "write_fit_folder",
     "write_report",
 ]

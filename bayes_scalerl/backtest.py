@@ -43,8 +43,12 @@ from .scoring import crps_from_draws
 
 __all__ = ["Backtest", "backtest", "METHODS"]
 
-#: Methods scored by :func:`backtest`, in the order of its tables.
-METHODS = ("bayes", "ls", "boot")
+#: Methods scored by :func:`backtest`, in the order of its tables: ``bayes`` (the fit's
+#: default predictive, with the calibrated discrepancy), ``gaussian`` (the same fit's exact
+#: sigmoid with independent noise, version 0.1's default; only when the fit has a
+#: discrepancy), ``ls`` (the paper's least-squares point fit) and ``boot`` (its residual
+#: bootstrap).
+METHODS = ("bayes", "gaussian", "ls", "boot")
 
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 _QCOLS = ("q05", "q25", "median", "q75", "q95")
@@ -356,6 +360,235 @@ def _summarise(points: pd.DataFrame, methods: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# ---------------------------------------------------------------------- the backtest's steps
+def _backtest_arguments(
+    fit_until: float | None,
+    fraction: float | None,
+    bootstrap: int,
+    fit_kwargs: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Check the arguments of :func:`backtest`.
+
+    Parameters
+    ----------
+    fit_until, fraction, bootstrap, fit_kwargs
+        As :func:`backtest` takes them.
+
+    Returns
+    -------
+    dict
+        The keyword arguments of the Bayesian fit (``log_likelihood`` False unless set).
+
+    Raises
+    ------
+    ValueError, TypeError
+        On the arguments :func:`backtest` refuses (see there).
+    """
+    if (fit_until is None) == (fraction is None):
+        raise ValueError("give exactly one of fit_until (a compute) and fraction (of each run's compute)")
+    if fraction is not None and not (np.isfinite(fraction) and 0.0 < fraction < 1.0):
+        raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
+    if fit_until is not None and not (np.isfinite(fit_until) and fit_until > 0):
+        raise ValueError(f"fit_until must be a positive number, got {fit_until!r}")
+    if int(bootstrap) != bootstrap or bootstrap < 0:
+        raise ValueError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
+    kw = dict(fit_kwargs or {})
+    clash = [k for k in _RESERVED if k in kw]
+    if clash:
+        raise TypeError(f"fit_kwargs may not set {', '.join(clash)}: the backtest sets them")
+    kw.setdefault("log_likelihood", False)
+    return kw
+
+
+def _skip_note(
+    name: str, c: np.ndarray, cutoff: float, n_fit: int, n_held: int, min_compute: float | None
+) -> str:
+    """Why run ``name`` cannot be backtested at ``cutoff`` (empty when it can).
+
+    Parameters
+    ----------
+    name : str
+    c : ndarray
+        The run's compute.
+    cutoff : float
+    n_fit : int
+        Points before the cutoff in the smaller of the two fits' likelihoods.
+    n_held : int
+        Evaluations after the cutoff.
+    min_compute : float or None
+    """
+    if n_fit < MIN_POINTS:
+        where = f"compute <= {cutoff:g}" + (f" and >= {min_compute:g}" if min_compute is not None else "")
+        return (
+            f"run {name!r} skipped: {n_fit} point(s) to fit at {where} after the first "
+            f"evaluation (which sets R0), out of {len(c)}; at least {MIN_POINTS} are needed."
+        )
+    if n_held == 0:
+        return (
+            f"run {name!r} skipped: no evaluation after the cutoff {cutoff:g} (largest compute {c.max():g})."
+        )
+    return ""
+
+
+def _cut_runs(
+    table: pd.DataFrame,
+    fit_until: float | None,
+    fraction: float | None,
+    min_compute: float | None,
+    R0_fitted: bool,
+) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
+    """Cut every run at its own cutoff.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The runs' table, with a default index.
+    fit_until, fraction, min_compute
+        As :func:`backtest` takes them.
+    R0_fitted : bool
+        Whether the Bayesian fit fits ``R0`` (and so also fits the first evaluation).
+
+    Returns
+    -------
+    run_table : pandas.DataFrame
+        :attr:`Backtest.runs`.
+    keep_rows : ndarray of bool
+        The rows of ``table`` that both fits see (those before the cutoff of a scored run).
+    notes : list of str
+        Runs skipped and why.
+    """
+    status, keep_rows, notes = [], np.zeros(len(table), bool), []
+    for name, g in table.groupby("run", sort=False):
+        c = g["compute"].to_numpy(float)
+        cutoff = float(fit_until) if fit_until is not None else float(fraction) * c.max()
+        before = c <= cutoff
+        n_ls = int(in_likelihood(c[before], min_compute=min_compute).sum())
+        n_bayes = int(in_likelihood(c[before], min_compute=min_compute, R0_fitted=R0_fitted).sum())
+        n_held = int((~before).sum())
+        note = _skip_note(name, c, cutoff, min(n_ls, n_bayes), n_held, min_compute)
+        if note:
+            notes.append(note)
+        else:
+            keep_rows[g.index.to_numpy()[before]] = True
+        status.append(
+            {
+                "run": name,
+                "max_compute": c.max(),
+                "cutoff": cutoff,
+                "n_fit": n_ls,
+                "n_held_out": n_held,
+                "scored": not note,
+                "note": note,
+            }
+        )
+    return pd.DataFrame(status), keep_rows, notes
+
+
+def _bayes_draws(
+    res: FitResult, held: pd.DataFrame, scored: list[str], seed: int, *, discrepancy: bool = True
+) -> np.ndarray:
+    """Posterior predictive draws of the held-out evaluations, shape ``(point, sample)``.
+
+    The held-out computes are laid on a ``(run, point)`` grid padded with each run's last
+    compute, so that one call predicts them all. ``discrepancy=False`` leaves the
+    calibrated discrepancy out (the exact sigmoid's predictive, version 0.1's model).
+    """
+    sizes = held.groupby("run", sort=False).size().reindex(scored).to_numpy()
+    grid = np.zeros((len(scored), sizes.max()))
+    valid = np.arange(grid.shape[1])[None, :] < sizes[:, None]
+    grid[valid] = held["compute"].to_numpy()
+    grid[~valid] = np.repeat(grid[np.arange(len(scored)), sizes - 1], grid.shape[1] - sizes)
+    draws = res.predict_draws(grid, kind="observation", seed=seed, runs=scored, discrepancy=discrepancy)
+    return np.moveaxis(draws, 1, -1)[valid]  # point, sample
+
+
+def _least_squares(
+    fit_runs: Runs,
+    held: pd.DataFrame,
+    scored: list[str],
+    min_compute: float | None,
+    bootstrap: int,
+    seed: int,
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The least-squares fit, its predictions of the held-out points and its residual bootstrap.
+
+    Parameters
+    ----------
+    fit_runs : Runs
+        The scored runs up to their cutoffs.
+    held : pandas.DataFrame
+        The held-out evaluations.
+    scored : list of str
+        The scored runs, in the order of ``fit_runs``.
+    min_compute : float or None
+    bootstrap : int
+        Bootstrap replicates (0: none).
+    seed : int
+        Seed of the bootstrap.
+
+    Returns
+    -------
+    ls_params : pandas.DataFrame
+        :func:`~bayes_scalerl.paper_fit` of ``fit_runs``.
+    ls_pred : ndarray, shape (point,)
+        Its prediction of each held-out point.
+    boot_draws : ndarray, shape (point, bootstrap)
+        The bootstrap's predictive draws.
+    """
+    ls_params = paper_fit(fit_runs, min_compute=min_compute)
+    by_run = ls_params.set_index("run")
+    run_of_point = held["run"].to_numpy()
+    ls_pred = np.empty(len(held))
+    window = fit_runs.window(min_compute=min_compute)
+    rng = np.random.default_rng([seed, 20251013])
+    boot_draws = np.empty((len(held), bootstrap))
+    for i, name in enumerate(scored):
+        p = by_run.loc[name]
+        at = run_of_point == name
+        c_new = held["compute"].to_numpy(float)[at]
+        ls_pred[at] = scalerl_curve(c_new, p["A"], p["B"], p["C_mid"], p["R0"])
+        if bootstrap:
+            m = window.mask[i]
+            boot_draws[at] = _residual_bootstrap(
+                window.compute[i][m], window.reward[i][m], float(p["R0"]), p, c_new, bootstrap, rng
+            )
+    return ls_params, ls_pred, boot_draws
+
+
+def _points_table(
+    held: pd.DataFrame, cutoffs: Mapping[str, float], scores_by_method: Mapping[str, dict[str, np.ndarray]]
+) -> pd.DataFrame:
+    """:attr:`Backtest.points`: the held-out points with each method's scores, method after method."""
+    key_cols = ["run"] + [c for c in _CARRIED if c in held.columns] + ["compute", "reward"]
+    base = held[key_cols].assign(cutoff=held["run"].map(cutoffs))
+    frames = []
+    for method, values in scores_by_method.items():
+        f = base.assign(method=method, **{k: values[k] for k in _VALUE_COLS})
+        for col in ("covered50", "covered90"):
+            f[col] = f[col].astype("boolean")
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _backtest_settings(
+    fit_until: float | None,
+    fraction: float | None,
+    min_compute: float | None,
+    bootstrap: int,
+    seed: int,
+    fit_kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """:attr:`Backtest.settings`: the arguments, as JSON-ready values."""
+    return {
+        "fit_until": fit_until,
+        "fraction": fraction,
+        "min_compute": min_compute,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "fit_kwargs": json.loads(json.dumps(fit_kwargs, default=repr)),
+    }
+
+
 # ---------------------------------------------------------------------- the backtest
 def backtest(
     runs: Runs | pd.DataFrame,
@@ -426,59 +659,13 @@ def backtest(
     """
     if not isinstance(runs, Runs):
         runs = Runs.from_frame(runs)
-    if (fit_until is None) == (fraction is None):
-        raise ValueError("give exactly one of fit_until (a compute) and fraction (of each run's compute)")
-    if fraction is not None and not (np.isfinite(fraction) and 0.0 < fraction < 1.0):
-        raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
-    if fit_until is not None and not (np.isfinite(fit_until) and fit_until > 0):
-        raise ValueError(f"fit_until must be a positive number, got {fit_until!r}")
-    if int(bootstrap) != bootstrap or bootstrap < 0:
-        raise ValueError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
-    fit_kwargs = dict(fit_kwargs or {})
-    clash = [k for k in _RESERVED if k in fit_kwargs]
-    if clash:
-        raise TypeError(f"fit_kwargs may not set {', '.join(clash)}: the backtest sets them")
-    fit_kwargs.setdefault("log_likelihood", False)
+    fit_kwargs = _backtest_arguments(fit_until, fraction, bootstrap, fit_kwargs)
     R0_fitted = (fit_kwargs.get("priors") or Priors()).R0_fitted
+    bootstrap = int(bootstrap)
 
     # ---- cut every run at its own cutoff
     table = runs.table.reset_index(drop=True)
-    status, keep_rows, notes = [], np.zeros(len(table), bool), []
-    for name, g in table.groupby("run", sort=False):
-        c = g["compute"].to_numpy(float)
-        cutoff = float(fit_until) if fit_until is not None else float(fraction) * c.max()
-        before = c <= cutoff
-        n_ls = int(in_likelihood(c[before], min_compute=min_compute).sum())
-        n_bayes = int(in_likelihood(c[before], min_compute=min_compute, R0_fitted=R0_fitted).sum())
-        n_held = int((~before).sum())
-        note = ""
-        if min(n_ls, n_bayes) < MIN_POINTS:
-            where = f"compute <= {cutoff:g}" + (f" and >= {min_compute:g}" if min_compute is not None else "")
-            note = (
-                f"run {name!r} skipped: {min(n_ls, n_bayes)} point(s) to fit at {where} after the first "
-                f"evaluation (which sets R0), out of {len(c)}; at least {MIN_POINTS} are needed."
-            )
-        elif n_held == 0:
-            note = (
-                f"run {name!r} skipped: no evaluation after the cutoff {cutoff:g} "
-                f"(largest compute {c.max():g})."
-            )
-        if note:
-            notes.append(note)
-        else:
-            keep_rows[g.index.to_numpy()[before]] = True
-        status.append(
-            {
-                "run": name,
-                "max_compute": c.max(),
-                "cutoff": cutoff,
-                "n_fit": n_ls,
-                "n_held_out": n_held,
-                "scored": not note,
-                "note": note,
-            }
-        )
-    run_table = pd.DataFrame(status)
+    run_table, keep_rows, notes = _cut_runs(table, fit_until, fraction, min_compute, R0_fitted)
     scored = run_table.loc[run_table["scored"], "run"].tolist()
     if not scored:
         raise DataError(f"{runs.source}: no run can be backtested. " + " ".join(notes))
@@ -487,65 +674,28 @@ def backtest(
     fit_runs = dataclasses.replace(runs, table=table[keep_rows].reset_index(drop=True))
     held = table[table["run"].isin(scored) & (table["compute"] > table["run"].map(cutoffs))]
     held = held.reset_index(drop=True)
-
-    # ---- the Bayesian posterior predictive
-    res = fit(fit_runs, min_compute=min_compute, seed=seed, **fit_kwargs)
-    sizes = held.groupby("run", sort=False).size().reindex(scored).to_numpy()
-    grid = np.zeros((len(scored), sizes.max()))
-    valid = np.arange(grid.shape[1])[None, :] < sizes[:, None]
-    grid[valid] = held["compute"].to_numpy()
-    grid[~valid] = np.repeat(grid[np.arange(len(scored)), sizes - 1], grid.shape[1] - sizes)
-    draws = res.predict_draws(grid, kind="observation", seed=seed, runs=scored)  # run, sample, q
-    bayes_draws = np.moveaxis(draws, 1, -1)[valid]  # point, sample
     y = held["reward"].to_numpy(float)
 
-    # ---- the least-squares fit and its residual bootstrap
-    ls_params = paper_fit(fit_runs, min_compute=min_compute)
-    by_run = ls_params.set_index("run")
-    run_of_point = held["run"].to_numpy()
-    ls_pred = np.empty(len(held))
-    window = fit_runs.window(min_compute=min_compute)
-    rng = np.random.default_rng([seed, 20251013])
-    boot_draws = np.empty((len(held), int(bootstrap)))
-    for i, name in enumerate(scored):
-        p = by_run.loc[name]
-        at = run_of_point == name
-        c_new = held["compute"].to_numpy(float)[at]
-        ls_pred[at] = scalerl_curve(c_new, p["A"], p["B"], p["C_mid"], p["R0"])
-        if bootstrap:
-            m = window.mask[i]
-            boot_draws[at] = _residual_bootstrap(
-                window.compute[i][m], window.reward[i][m], float(p["R0"]), p, c_new, int(bootstrap), rng
-            )
+    # ---- the predictors
+    res = fit(fit_runs, min_compute=min_compute, seed=seed, **fit_kwargs)
+    bayes_draws = _bayes_draws(res, held, scored, seed)
+    ls_params, ls_pred, boot_draws = _least_squares(fit_runs, held, scored, min_compute, bootstrap, seed)
 
     # ---- the tables
-    key_cols = ["run"] + [c for c in _CARRIED if c in held.columns] + ["compute", "reward"]
-    base = held[key_cols].assign(cutoff=held["run"].map(cutoffs))
-    scores_by_method = {"bayes": _score_draws(bayes_draws, y), "ls": _score_point(ls_pred, y)}
+    scores_by_method = {"bayes": _score_draws(bayes_draws, y)}
+    if "delta" in res.dt["posterior"].data_vars:  # today's default beside version 0.1's model
+        exact = _bayes_draws(res, held, scored, seed, discrepancy=False)
+        scores_by_method["gaussian"] = _score_draws(exact, y)
+    scores_by_method["ls"] = _score_point(ls_pred, y)
     if bootstrap:
         scores_by_method["boot"] = _score_draws(boot_draws, y)
-    frames = []
-    for method, values in scores_by_method.items():
-        f = base.assign(method=method, **{k: values[k] for k in _VALUE_COLS})
-        for col in ("covered50", "covered90"):
-            f[col] = f[col].astype("boolean")
-        frames.append(f)
-    points = pd.concat(frames, ignore_index=True)
-    methods = tuple(scores_by_method)
-    settings = {
-        "fit_until": fit_until,
-        "fraction": fraction,
-        "min_compute": min_compute,
-        "bootstrap": int(bootstrap),
-        "seed": seed,
-        "fit_kwargs": json.loads(json.dumps(fit_kwargs, default=repr)),
-    }
+    points = _points_table(held, cutoffs, scores_by_method)
     return Backtest(
         points=points,
-        scores=_summarise(points, methods),
+        scores=_summarise(points, tuple(scores_by_method)),
         runs=run_table,
         notes=notes,
         fit=res,
         ls_params=ls_params,
-        settings=settings,
+        settings=_backtest_settings(fit_until, fraction, min_compute, bootstrap, seed, fit_kwargs),
     )

@@ -1,7 +1,14 @@
 """The ``bayes-scalerl`` command line.
 
-Exit status: 0 on success, 2 on invalid input or arguments (message on stderr,
-nothing written), 1 on any other failure.
+Exit status: 0 on success; 2 on invalid input or arguments (bad options or option
+combinations, a :class:`~bayes_scalerl.DataError` in the data, an output folder that is a
+file, a checkpoint folder of another fit: a message on stderr, nothing written); anything
+else is a failure of the program and propagates (traceback, exit status 1).
+
+Option names follow the Python API: ``--chains``, ``--warmup``, ``--samples``,
+``--checkpoint-dir`` (``checkpoint_dir=``), ``--n-future`` (``n_future=``), ``--params``
+(``params=``), ... The older spellings ``--checkpoint``, ``--futures`` and ``--param`` are
+still accepted (hidden from ``--help``, with a note on stderr).
 """
 
 from __future__ import annotations
@@ -11,15 +18,31 @@ import sys
 import time
 from pathlib import Path
 
+from . import __version__, runtime
+from .data import DataError
 from .priors import LIKELIHOODS
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser", "entry"]
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # exit 2 with the message, as argparse does
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new option's ``dest``, with a note."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs):
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        kwargs.setdefault("default", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _computes(text: str) -> list[float]:
@@ -40,6 +63,20 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     return v
+
+
+def _chains(text: str) -> int:
+    v = _positive_int(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"expected at least 2 chains (for R-hat), got {text!r}")
+    return v
+
+
+def _fractions(text: str) -> list[float]:
+    values = _computes(text)
+    if any(v > 1 for v in values):
+        raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {text!r}")
+    return values
 
 
 def _nonneg_float(text: str) -> float:
@@ -71,15 +108,19 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument(
         "--predict", type=_computes, default=[], help="extra computes to predict at, comma-separated"
     )
-    p.add_argument("--chains", type=_positive_int, default=4, help="chains per run (default 4; at least 2)")
-    p.add_argument("--warmup", type=_positive_int, default=500, help="warm-up steps per chain (default 500)")
-    p.add_argument("--samples", type=_positive_int, default=500, help="kept draws per chain (default 500)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _add_sampler_options(p)
     p.add_argument(
         "--likelihood",
         choices=LIKELIHOODS,
         default="gaussian",
         help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
+    )
+    p.add_argument(
+        "--discrepancy",
+        choices=("calibrated", "none"),
+        default="calibrated",
+        help="calibrated (default): a discrepancy beyond the data, learnt by refitting each run on its "
+        "earlier points, widens bands and A; none: the exact sigmoid alone (version 0.1)",
     )
     p.add_argument(
         "--model",
@@ -88,11 +129,14 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         help="independent fits per run (default), or seeds pooled within recipes (needs a recipe column)",
     )
     p.add_argument(
-        "--checkpoint",
+        "--checkpoint-dir",
         metavar="DIR",
         default=None,
         help="write each finished chunk of runs to DIR; the same command run again resumes from it "
         "(independent model; a DIR of a different fit is refused)",
+    )
+    p.add_argument(
+        "--checkpoint", dest="checkpoint_dir", metavar="DIR", action=_DeprecatedAlias, new="--checkpoint-dir"
     )
     p.add_argument(
         "--executor",
@@ -142,19 +186,34 @@ def _read_input(args):
     return runs
 
 
+def _add_sampler_options(p: argparse.ArgumentParser) -> None:
+    """``--chains``, ``--warmup``, ``--samples``, ``--seed``: the arguments of ``fit`` of the same names."""
+    p.add_argument("--chains", type=_chains, default=4, help="chains per run (default 4; at least 2)")
+    p.add_argument("--warmup", type=_positive_int, default=500, help="warm-up steps per chain (default 500)")
+    p.add_argument("--samples", type=_positive_int, default=500, help="kept draws per chain (default 500)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
 def _add_refit_options(p: argparse.ArgumentParser) -> None:
     """Model and sampler options of the commands that refit (backtest, identify)."""
     p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
-    p.add_argument("--chains", type=_positive_int, default=4)
-    p.add_argument("--warmup", type=_positive_int, default=500)
-    p.add_argument("--samples", type=_positive_int, default=500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--likelihood", choices=LIKELIHOODS, default="gaussian")
+    _add_sampler_options(p)
+    p.add_argument(
+        "--likelihood", choices=LIKELIHOODS, default="gaussian", help="noise model (default gaussian)"
+    )
+    p.add_argument(
+        "--discrepancy",
+        choices=("calibrated", "none"),
+        default="calibrated",
+        help="calibrated (default): a discrepancy beyond the data, learnt by refitting each run on its "
+        "earlier points, widens bands and A; none: the exact sigmoid alone (version 0.1)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     parser = _Parser(prog="bayes-scalerl", description="Bayesian fits of ScaleRL compute-scaling curves.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_fit = sub.add_parser("fit", help="fit a CSV or Parquet table of runs")
     p_fit.add_argument(
@@ -173,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p_bt)
     cut = p_bt.add_mutually_exclusive_group(required=True)
     cut.add_argument(
-        "--fit-until", type=_nonneg_float, default=None, help="fit compute <= this for every run"
+        "--fit-until", type=_positive_float, default=None, help="fit compute <= this for every run"
     )
     cut.add_argument(
         "--fraction", type=_fraction, default=None, help="fit each run on compute <= this share of its own"
@@ -192,10 +251,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--budgets", type=_computes, default=None, help="shared compute cut-offs, comma-separated"
     )
     grid.add_argument(
-        "--fractions", type=_computes, default=None, help="cut-offs as fractions of each run's compute"
+        "--fractions",
+        type=_fractions,
+        default=None,
+        help="cut-offs as fractions (0, 1] of each run's compute",
     )
     p_id.add_argument("--tolerance", type=_positive_float, default=0.02, help="half-width asked of A (0.02)")
-    p_id.add_argument("--futures", type=int, default=5, help="simulated futures per run for the prediction")
+    p_id.add_argument(
+        "--n-future", type=_nonneg_int, default=5, help="simulated futures per run for the prediction (5)"
+    )
+    p_id.add_argument(
+        "--futures", dest="n_future", type=_nonneg_int, action=_DeprecatedAlias, new="--n-future"
+    )
     p_id.add_argument(
         "--no-sensitivity", action="store_true", help="skip the refits under alternative priors"
     )
@@ -208,11 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--a", default=None, help="first recipe (default: every pair)")
     p_cmp.add_argument("--b", default=None, help="second recipe")
     p_cmp.add_argument(
-        "--param",
+        "--params",
         type=_params,
         default=["A"],
         help="comma-separated among A,B,C_mid,reward (reward needs --budget; default A)",
     )
+    p_cmp.add_argument("--param", dest="params", type=_params, action=_DeprecatedAlias, new="--params")
     p_cmp.add_argument(
         "--rope",
         type=_nonneg_float,
@@ -236,6 +304,16 @@ def _params(text: str) -> list[str]:
     if bad or not values:
         raise argparse.ArgumentTypeError(f"expected names among {','.join(PARAMS)}, got {text!r}")
     return values
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
 
 
 def _positive_float(text: str) -> float:
@@ -276,6 +354,7 @@ def _run_backtest(args) -> int:
             warmup=args.warmup,
             samples=args.samples,
             priors=Priors(likelihood=args.likelihood),
+            discrepancy=args.discrepancy == "calibrated",
             progress=True,
         ),
     )
@@ -298,11 +377,10 @@ def _run_identify(args) -> int:
     from .priors import Priors
 
     runs = _read_input(args)
-    if args.fractions is not None and any(f > 1 for f in args.fractions):
-        raise ValueError("--fractions must be in (0, 1]")
     kw = dict(
         min_compute=args.min_compute,
         priors=Priors(likelihood=args.likelihood),
+        discrepancy=args.discrepancy == "calibrated",
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
@@ -312,7 +390,7 @@ def _run_identify(args) -> int:
         budgets=args.budgets,
         fractions=args.fractions,
         tolerance=args.tolerance,
-        n_future=args.futures,
+        n_future=args.n_future,
         seed=args.seed,
         fit_kwargs=kw,
     )
@@ -340,14 +418,10 @@ def _run_compare(args) -> int:
     from .results import FitResult
 
     fitdir = Path(args.fitdir)
-    path = fitdir / "posterior.nc"
-    if not path.exists():
-        raise ValueError(f"{fitdir}: no posterior.nc here; give the output folder of 'bayes-scalerl fit'.")
-    if "reward" in args.param and args.budget is None:
-        raise ValueError("--param reward needs --budget")
-    result = FitResult.load(path)
+    result = FitResult.load(_posterior_path(fitdir))
+    _check_recipes_and_task(result, fitdir, args)
     table = cmp.compare(
-        result, args.a, args.b, params=args.param, rope=args.rope, budget=args.budget, task=args.task
+        result, args.a, args.b, params=args.params, rope=args.rope, budget=args.budget, task=args.task
     )
     extra = {}
     if args.budget is not None:
@@ -378,35 +452,31 @@ def _run_compare(args) -> int:
     return 0
 
 
-def _write_outputs(result, out: Path, predict: list[float]) -> None:
-    from .io import atomic_output_dir
-    from .plots import plot_curves
+def _posterior_path(fitdir: Path) -> Path:
+    path = fitdir / "posterior.nc"
+    if not path.is_file():
+        raise DataError(f"{fitdir}: no posterior.nc here; give the output folder of 'bayes-scalerl fit'.")
+    return path
 
-    with atomic_output_dir(out) as tmp:
-        summary = result.summary()
-        summary.to_csv(tmp / "summary.csv", index=False)
-        result.observed_predictions(predict).to_csv(tmp / "predictions.csv", index=False)
-        diag = result.diagnostics()
-        if result.settings.get("model", "independent") == "independent":
-            from .identify import identifiability
 
-            ident = identifiability(result)
-            keep = ["run", "a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
-            diag = diag.merge(ident[keep], on="run", how="left")
-        diag.to_csv(tmp / "diagnostics.csv", index=False)
-        result.save(tmp / "posterior.nc")
-        if result.settings.get("model") == "hierarchical":
-            from .comparisons import recipe_summary
-            from .diagnostics import sampler_diagnostics
+def _check_recipes_and_task(result, fitdir: Path, args) -> None:
+    """Refuse recipe and task names the fit does not have (user input, exit status 2)."""
+    import numpy as np
 
-            recipe_summary(result).to_csv(tmp / "recipes.csv", index=False)
-            sampler_diagnostics(result.dt).to_csv(tmp / "sampler.csv", index=False)
-        fig = plot_curves(result)
-        fig.savefig(tmp / "curves.png", dpi=120)
-        import matplotlib.pyplot as plt
+    from .comparisons import recipe_names
 
-        plt.close(fig)
-    return summary, diag
+    names = recipe_names(result)
+    for opt, x in (("--a", args.a), ("--b", args.b)):
+        if x is not None and x not in names:
+            raise DataError(f"{fitdir}: {opt}: unknown recipe {x!r}; the fit has {', '.join(names)}.")
+    if args.a is not None and args.a == args.b:
+        raise DataError(f"--a and --b name the same recipe {args.a!r}; compare two different recipes.")
+    cd = result.dt["constant_data"]
+    tasks = list(dict.fromkeys(np.asarray(cd["task"].values).astype(str))) if "task" in cd.data_vars else []
+    if args.task is not None and tasks and args.task not in tasks:
+        raise DataError(f"{fitdir}: --task: unknown task {args.task!r}; the fit has {', '.join(tasks)}.")
+    if args.task is None and len(tasks) > 1:
+        raise DataError(f"{fitdir}: the fit has several tasks ({', '.join(tasks)}); choose one with --task.")
 
 
 def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
@@ -425,16 +495,19 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         runs,
         model=args.model,
         priors=Priors(likelihood=args.likelihood),
+        discrepancy=args.discrepancy == "calibrated",
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
         seed=args.seed,
         progress=True,
-        checkpoint_dir=args.checkpoint,
+        checkpoint_dir=args.checkpoint_dir,
         executor=args.executor,
         **kw,
     )
-    summary, diag = _write_outputs(result, Path(args.out), args.predict)
+    from .outputs import write_fit_folder_tables
+
+    _, summary, diag = write_fit_folder_tables(result, Path(args.out), args.predict)
     took = time.perf_counter() - t0
     bad = diag.loc[~diag["converged"], "run"].tolist()
     a = summary[summary["param"] == "A"]
@@ -448,6 +521,14 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     low_bfmi = diag.loc[diag["bfmi_min"] < 0.3, "run"].tolist()
     if low_bfmi:
         print(f"low E-BFMI (< 0.3: the sampler explores the energy poorly): {', '.join(low_bfmi)}")
+    if "discrepancy_tau" in diag.columns:
+        tau = diag["discrepancy_tau"]
+        n_batch = int((diag["discrepancy_from"] == "batch").sum())
+        print(
+            "discrepancy beyond the data (slope tau, reward per unit log compute): "
+            f"median {tau.median():.4f}, range {tau.min():.4f}-{tau.max():.4f}; "
+            f"{n_batch} run(s) too short for a refit of their own took the batch's (see diagnostics.csv)"
+        )
     if "a_identified" in diag.columns:
         weak = diag.loc[~diag["a_identified"].astype(bool), "run"].tolist()
         if weak:
@@ -458,56 +539,92 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     return 0
 
 
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Option problems argparse cannot see on its own: exit status 2 with a usage line."""
+    out = getattr(args, "out", None)
+    if out:
+        path = Path(out)
+        if path.exists() and not path.is_dir():
+            parser.error(f"argument --out: {out} exists and is not a folder")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    parser.error(f"argument --out: {parent} is a file, not a folder")
+                break
+    if args.command in ("fit", "demo"):
+        if args.model == "hierarchical":
+            if args.checkpoint_dir is not None or args.executor != "local":
+                parser.error("--checkpoint-dir and --executor ray apply to --model independent only")
+            if args.likelihood != "gaussian":
+                parser.error("--model hierarchical has a Gaussian likelihood only (--likelihood gaussian)")
+        if args.executor == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                parser.error("--executor ray needs Ray: pip install 'bayes_scalerl[ray]'")
+        ckpt = args.checkpoint_dir
+        if ckpt is not None and Path(ckpt).exists() and not Path(ckpt).is_dir():
+            parser.error(f"argument --checkpoint-dir: {ckpt} exists and is not a folder")
+    if getattr(args, "format", None) == "tensorboard":
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            parser.error("--format tensorboard needs TensorBoard: pip install 'bayes_scalerl[tensorboard]'")
+    if args.command == "compare" and "reward" in args.params and args.budget is None:
+        parser.error("--params reward needs --budget")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "fit":
+        return _run_fit(_read_input(args), args)
+    if args.command == "compare":
+        return _run_compare(args)
+    if args.command == "backtest":
+        return _run_backtest(args)
+    if args.command == "identify":
+        return _run_identify(args)
+    if args.command == "report":
+        from .report import write_report
+
+        _posterior_path(Path(args.fitdir))
+        paths = write_report(args.fitdir, out=args.out)
+        print(f"report: {paths['html']} and {paths['markdown']}")
+        return 0
+    if args.command == "demo":
+        from .data import Runs
+        from .demo import DEMO_FIT_UNTIL, DEMO_MIN_COMPUTE, demo_runs
+
+        print(
+            "demo: simulated leave-one-out study from the ScaleRL paper's reported "
+            "parameters (9 recipes x 2 seeds); fit to 8k GPU-hours, extrapolate to 16k"
+        )
+        runs = Runs.from_frame(demo_runs(), source="<demo>")
+        return _run_fit(runs, args, defaults={"fit_until": DEMO_FIT_UNTIL, "min_compute": DEMO_MIN_COMPUTE})
+    raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Invalid arguments exit through :class:`SystemExit` with status 2 (argparse's way);
+    invalid data (:class:`~bayes_scalerl.DataError`) and a checkpoint folder of another fit
+    return 2 with a message on stderr. Any other exception propagates.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .data import DataError
+    _check_args(parser, args)
     from .devices import use_all_cpu_cores
+    from .engine.checkpoint import CheckpointMismatch
 
     use_all_cpu_cores()
-
+    if args.command in ("fit", "demo", "backtest", "identify"):
+        runtime.ensure_compilation_cache()
     try:
-        if args.command == "fit":
-            return _run_fit(_read_input(args), args)
-        if args.command == "compare":
-            return _run_compare(args)
-        if args.command == "backtest":
-            return _run_backtest(args)
-        if args.command == "identify":
-            return _run_identify(args)
-        if args.command == "report":
-            from .report import write_report
-
-            if not (Path(args.fitdir) / "posterior.nc").exists():
-                raise ValueError(
-                    f"{args.fitdir}: no posterior.nc here; give the output folder of 'bayes-scalerl fit'."
-                )
-            paths = write_report(args.fitdir, out=args.out)
-            print(f"report: {paths['html']} and {paths['markdown']}")
-            return 0
-        if args.command == "demo":
-            from .data import Runs
-            from .demo import DEMO_FIT_UNTIL, DEMO_MIN_COMPUTE, demo_runs
-
-            print(
-                "demo: simulated leave-one-out study from the ScaleRL paper's reported "
-                "parameters (9 recipes x 2 seeds); fit to 8k GPU-hours, extrapolate to 16k"
-            )
-            runs = Runs.from_frame(demo_runs(), source="<demo>")
-            return _run_fit(
-                runs, args, defaults={"fit_until": DEMO_FIT_UNTIL, "min_compute": DEMO_MIN_COMPUTE}
-            )
-    except DataError as exc:
+        with runtime.x64():
+            return _run(args)
+    except (DataError, CheckpointMismatch) as exc:
         print(f"bayes-scalerl: error: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"bayes-scalerl: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # pragma: no cover - reported, not hidden
-        print(f"bayes-scalerl: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 1
 
 
 def entry() -> None:

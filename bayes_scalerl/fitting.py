@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
@@ -10,36 +9,21 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from . import __version__
+from . import __version__, runtime
+from .calibration import calibrate
 from .data import DataError, Runs, in_likelihood
+from .engine import STATS, SamplerConfig, sample_window
 from .hierarchical import HierDraws, HierIndex, HierPriors, hierarchy_index, sample_hierarchical
-from .inference import SamplerConfig, sample_window
+from .models.discrepancy import Discrepancy
+from .models.sigmoid import SigmoidModel
+from .posterior.assemble import build_datatree
 from .priors import Priors
 from .results import FitResult
 
 __all__ = ["fit"]
 
 
-def _observed(runs: Runs, window_mask_fn):
-    """NaN-padded (run, point) arrays of every evaluation and whether it is fitted."""
-    groups = runs.table.groupby("run", sort=False)
-    sizes = [len(groups.get_group(n)) for n in runs.names]
-    width = max(sizes)
-    compute = np.full((runs.n_runs, width), np.nan)
-    reward = np.full((runs.n_runs, width), np.nan)
-    in_fit = np.zeros((runs.n_runs, width), bool)
-    n_eval = np.full((runs.n_runs, width), np.nan)
-    for i, name in enumerate(runs.names):
-        g = groups.get_group(name)
-        c = g["compute"].to_numpy(float)
-        compute[i, : len(c)] = c
-        reward[i, : len(c)] = g["reward"].to_numpy(float)
-        in_fit[i, : len(c)] = window_mask_fn(c)
-        if "n_eval" in g.columns:
-            n_eval[i, : len(c)] = g["n_eval"].to_numpy(float)
-    return compute, reward, in_fit, n_eval
-
-
+@runtime.x64
 def fit(
     runs: Runs | pd.DataFrame,
     *,
@@ -61,6 +45,7 @@ def fit(
     checkpoint_dir: str | os.PathLike | None = None,
     n_devices: int | None = None,
     group_size: int | None = None,
+    discrepancy: Discrepancy | bool | None = True,
 ) -> FitResult:
     """Fit the ScaleRL sigmoid to every run with batched NUTS.
 
@@ -103,9 +88,18 @@ def fit(
         Folder where each finished chunk is written (independent model); a fit run again
         with the same inputs and folder skips the finished chunks and gives the same
         result. A folder of a different fit is refused (see
-        :func:`bayes_scalerl.inference.sample_window`).
+        :func:`bayes_scalerl.engine.sample_window`).
     n_devices : int, optional
         Local devices to spread groups of runs over (default: all). Draws do not depend on it.
+    discrepancy : Discrepancy, bool or None
+        The calibrated discrepancy beyond the data (independent model; see
+        :mod:`bayes_scalerl.models.discrepancy`): ``True`` (default) for
+        :class:`~bayes_scalerl.models.discrepancy.Discrepancy` ``()``, a ``Discrepancy``
+        for other settings, ``False``/``None`` for the exact sigmoid alone (the model of
+        version 0.1). With it, every run is refitted once more on its earlier points (the
+        fit takes about twice as long), ``A`` is the ceiling the run approaches (the
+        sigmoid's asymptote plus the discrepancy ``delta``, also in the posterior) and
+        predictions beyond each run's last fitted compute carry the discrepancy.
     group_size : int, optional
         Runs per compiled call (default: 16 on a CPU, ``chunk_size`` on a GPU). Draws
         do not depend on it (with the default ``"queue"`` kernel).
@@ -121,6 +115,7 @@ def fit(
     >>> res = bs.fit(runs, min_compute=1500, fit_until=8000)  # doctest: +SKIP
     >>> res.summary()                                         # doctest: +SKIP
     """
+    runtime.ensure_compilation_cache()
     if not isinstance(runs, Runs):
         runs = Runs.from_frame(runs)
     priors = priors or Priors()
@@ -151,8 +146,34 @@ def fit(
             "graded generations behind each evaluation."
         )
     window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
-    extra_posterior: dict = {}
-    extra_coords: dict = {}
+    model_obj = SigmoidModel(priors)
+    if discrepancy is True:
+        discrepancy = Discrepancy()
+    if hierarchical or discrepancy is False:
+        discrepancy = None
+    if discrepancy is not None and not isinstance(discrepancy, Discrepancy):
+        raise ValueError(f"discrepancy must be a Discrepancy, True, False or None, got {discrepancy!r}")
+    settings = {
+        "min_compute": min_compute,
+        "fit_until": fit_until,
+        "chains": chains,
+        "warmup": warmup,
+        "samples": samples,
+        "seed": seed,
+        "target_accept": target_accept,
+        "max_tree_depth": max_tree_depth,
+        "priors": priors.to_dict(),
+        "model": model,
+        "model_spec": model_obj.spec(),
+        "discrepancy": discrepancy.to_dict() if discrepancy is not None else None,
+        "hier_priors": (hier_priors or HierPriors()).to_dict() if hierarchical else None,
+        "source": runs.source,
+        "version": __version__,
+    }
+
+    def in_fit(c):
+        return in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
+
     if hierarchical:
         hp = hier_priors or HierPriors()
         idx = hierarchy_index(runs)
@@ -169,105 +190,73 @@ def fit(
             progress=bool(progress),
         )
         extra_posterior, extra_coords = _hier_posterior(hd, idx)
-    else:
-        config = SamplerConfig(
-            int(chains), int(warmup), int(samples), float(target_accept), int(max_tree_depth)
-        )
-        draws = sample_window(
-            jax.random.key(seed),
-            window,
-            priors,
-            config,
-            chunk_size=chunk_size,
-            progress=progress,
-            n_devices=n_devices,
-            group_size=group_size,
-            executor=executor,
-            checkpoint_dir=checkpoint_dir,
-        )
-
-    def in_fit(c):
-        return in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
-
-    compute, reward, fitted, n_eval = _observed(runs, in_fit)
-    names = np.array(runs.names, dtype=object).astype(str)
-    dims3 = ("chain", "draw", "run")
-
-    def cdr(x):  # (run, chain, draw) -> (chain, draw, run)
-        return np.moveaxis(x, 0, -1)
-
-    coords = {"run": names, "chain": np.arange(chains), "draw": np.arange(samples)}
-    if hierarchical:
-        post = dict(hd.curve)
-        posterior = xr.Dataset({k: (dims3, v) for k, v in post.items()}, coords=coords)
-        posterior = posterior.assign(extra_posterior).assign_coords(extra_coords)
+        post = {k: np.moveaxis(v, -1, 0) for k, v in hd.curve.items()}  # (run, chain, draw)
         sample_stats = xr.Dataset(
             {k: (("chain", "draw"), v) for k, v in hd.stats.items()},
-            coords={"chain": coords["chain"], "draw": coords["draw"]},
+            coords={"chain": np.arange(chains), "draw": np.arange(samples)},
         )
-    else:
-        post = {"A": cdr(draws.A), "B": cdr(draws.B), "C_mid": cdr(draws.C_mid), "sigma": cdr(draws.sigma)}
-        if priors.R0_fitted:
-            post["R0"] = cdr(draws.R0)
-        if priors.likelihood == "ar1":
-            post["rho"] = cdr(draws.rho)
-        posterior = xr.Dataset({k: (dims3, v) for k, v in post.items()}, coords=coords)
-        step = np.broadcast_to(draws.step_size[:, :, None], draws.lp.shape)
-        sample_stats = xr.Dataset(
-            {
-                "diverging": (dims3, cdr(draws.diverging)),
-                "n_steps": (dims3, cdr(draws.num_steps)),
-                "acceptance_rate": (dims3, cdr(draws.accept_prob)),
-                "energy": (dims3, cdr(draws.energy)),
-                "lp": (dims3, cdr(draws.lp)),
-                "step_size": (dims3, cdr(step)),
-            },
-            coords=coords,
+        dt = build_datatree(
+            runs,
+            window,
+            model_obj,
+            post,
+            in_fit=in_fit,
+            settings=settings,
+            sample_stats=sample_stats,
+            extra_posterior=extra_posterior,
+            extra_coords=extra_coords,
+            log_likelihood=log_likelihood,
         )
-    point = np.arange(compute.shape[1])
-    observed = xr.Dataset({"reward": (("run", "point"), reward)}, coords={"run": names, "point": point})
-    constant = xr.Dataset(
-        {
-            "compute": (("run", "point"), compute),
-            "in_fit": (("run", "point"), fitted),
-            "R0_obs": (("run",), window.R0),
-        },
-        coords={"run": names, "point": point},
+        return FitResult(dt)
+    config = SamplerConfig(int(chains), int(warmup), int(samples), float(target_accept), int(max_tree_depth))
+    engine_kw = dict(
+        chunk_size=chunk_size,
+        progress=progress,
+        n_devices=n_devices,
+        group_size=group_size,
+        executor=executor,
     )
-    if "n_eval" in runs.table.columns:
-        constant["n_eval"] = (("run", "point"), n_eval)
-    for col in ("recipe", "seed", "task", "training_run"):
-        vals = runs.run_attribute(col)
-        if vals is not None:
-            constant[col] = (("run",), np.array([str(v) for v in vals]))
-    groups = {
-        "posterior": posterior,
-        "sample_stats": sample_stats,
-        "observed_data": observed,
-        "constant_data": constant,
-    }
-    if log_likelihood:
-        groups["log_likelihood"] = _pointwise_loglik(
-            post, window.R0, priors, compute, reward, fitted, n_eval, coords
+    draws = sample_window(
+        jax.random.key(seed), window, model_obj, config, checkpoint_dir=checkpoint_dir, **engine_kw
+    )
+    post = {k: draws[k] for k in model_obj.var_names}
+    fitted_post = post
+    stats = {k: draws[k] for k in STATS}
+    constants = None
+    if discrepancy is not None:
+        inner_ckpt = (
+            None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "calibration")
         )
-    settings = {
-        "min_compute": min_compute,
-        "fit_until": fit_until,
-        "chains": chains,
-        "warmup": warmup,
-        "samples": samples,
-        "seed": seed,
-        "target_accept": target_accept,
-        "max_tree_depth": max_tree_depth,
-        "priors": priors.to_dict(),
-        "model": model,
-        "hier_priors": (hier_priors or HierPriors()).to_dict() if hierarchical else None,
-        "source": runs.source,
-        "version": __version__,
-    }
-    dt = xr.DataTree.from_dict(groups)
-    dt.attrs["bayes_scalerl_settings"] = json.dumps(settings)
-    dt.attrs["inference_library"] = "numpyro"
+        cal = calibrate(
+            runs,
+            window,
+            model_obj,
+            config,
+            seed=seed,
+            settings=discrepancy,
+            min_compute=min_compute,
+            shape=(int(chains), int(samples)),
+            sample_kwargs={**engine_kw, "checkpoint_dir": inner_ckpt},
+        )
+        ceiling = np.clip(post["A"] + cal.delta, 0.0, 1.0)
+        post = {**post, "A": ceiling, "delta": ceiling - post["A"], "delta_level": cal.level}
+        constants = {
+            "discrepancy_omega": cal.omega,
+            "discrepancy_tau": cal.tau,
+            "discrepancy_own": cal.own,
+        }
+    dt = build_datatree(
+        runs,
+        window,
+        model_obj,
+        post,
+        in_fit=in_fit,
+        settings=settings,
+        stats=stats,
+        log_likelihood=log_likelihood,
+        loglik_params=fitted_post,
+        constants=constants,
+    )
     return FitResult(dt)
 
 
@@ -289,44 +278,3 @@ def _hier_posterior(hd: HierDraws, idx: HierIndex) -> tuple[dict, dict]:
     if not one_task:
         coords["task"] = np.array(idx.tasks, dtype=str)
     return out, coords
-
-
-def _pointwise_loglik(post, R0_obs, priors, compute, reward, fitted, n_eval, coords) -> xr.Dataset:
-    """Log-likelihood of each fitted point under each draw (NaN elsewhere).
-
-    For the AR(1) likelihood it is the conditional density of a point given the
-    previous fitted point (the first fitted point: its stationary density).
-    """
-    from scipy import stats
-
-    from .curve import scalerl_curve
-    from .model import binomial_variance
-
-    A, B, C, s = (post[k][..., None] for k in ("A", "B", "C_mid", "sigma"))
-    R0 = post["R0"][..., None] if priors.R0_fitted else R0_obs[None, None, :, None]
-    c = np.nan_to_num(compute)[None, None]
-    y = reward[None, None]
-    mu = scalerl_curve(c, A, B, C, R0)
-    var = s**2
-    if priors.likelihood == "binomial":
-        var = (
-            var
-            + binomial_variance(np.nan_to_num(reward, nan=0.5), np.nan_to_num(n_eval, nan=1.0))[None, None]
-        )
-    if priors.likelihood == "ar1":
-        rho = post["rho"][..., None]
-        prev = np.zeros_like(fitted)
-        prev[:, 1:] = fitted[:, :-1] & fitted[:, 1:]
-        e_prev = np.zeros_like(mu)
-        e_prev[..., 1:] = np.nan_to_num(y[..., :-1] - mu[..., :-1])
-        mu = np.where(prev[None, None], mu + rho * e_prev, mu)
-        var = np.where(prev[None, None], var * (1 - rho**2), var)
-    if priors.likelihood == "student_t":
-        ll = stats.t.logpdf(y, df=priors.nu, loc=mu, scale=s)
-    else:
-        ll = -0.5 * (y - mu) ** 2 / var - 0.5 * np.log(var) - 0.5 * np.log(2 * np.pi)
-    ll = np.where(fitted[None, None], ll, np.nan).astype(np.float32)
-    return xr.Dataset(
-        {"reward": (("chain", "draw", "run", "point"), ll)},
-        coords={**coords, "point": np.arange(compute.shape[1])},
-    )

@@ -32,8 +32,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
-from .data import FitWindow, Runs
-from .model import RunData, _truncnorm_draw, gain_conditional, make_run_data
+from .data import DataError, FitWindow, Runs
+from .model import RunData, gain_conditional, make_run_data, truncnorm_draw
 from .priors import Priors
 
 __all__ = ["HierPriors", "HierIndex", "hierarchy_index", "hierarchical_model", "sample_hierarchical"]
@@ -147,7 +147,7 @@ def hierarchy_index(runs: Runs) -> HierIndex:
         rs = set(curve_recipe[curve_train == t].tolist())
         if len(rs) > 1:
             labels = sorted(recipes[r] for r in rs)
-            raise ValueError(
+            raise DataError(
                 f"{runs.source}: run {trains[t]!r}, column 'recipe': one training run has "
                 f"several recipes {labels}."
             )
@@ -330,7 +330,7 @@ def sample_hierarchical(
     cond = jax.vmap(lambda b, c, sg, loc, sd: _conditionals(b, c, sg, loc, sd, data))(
         lB, lC, sigma, A_loc, flat["A_seed_sd"]
     )
-    gain = _truncnorm_draw(k_A, cond.mean, cond.sd, cond.upper)
+    gain = truncnorm_draw(k_A, cond.mean, cond.sd, cond.upper)
     A = data.R0[None, :] + gain
     shape = (num_chains, num_samples)
 

@@ -38,7 +38,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -501,6 +501,424 @@ def _first_within(widths: np.ndarray, target: float) -> int | None:
     return k
 
 
+#: Columns of the full-data fit that :attr:`BudgetSweep.table` carries.
+_TABLE_COLS = ("a_median", "a_width90", "a_contraction", "a_overlap", "p_cmid_beyond_data")
+
+
+class _Observed(NamedTuple):
+    """The observed part of a sweep: every ``(run, budget)`` fitted at once."""
+
+    fit: FitResult
+    #: :func:`identifiability` of ``fit``, one row per pseudo-run.
+    ident: pd.DataFrame
+    #: The observed rows of :attr:`BudgetSweep.widths`.
+    widths: pd.DataFrame
+    #: Run name to the pseudo-run of its largest budget (all its data).
+    full: dict[str, str]
+    #: Run name to its largest compute.
+    max_compute: dict[str, float]
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Where each run stands against the tolerance."""
+
+    #: Budget from which the observed width stays within the target.
+    reached: dict[str, float]
+    #: Whether that budget is the smallest one tried.
+    first_tried: dict[str, bool]
+    #: Compute from which the predicted width stays within the target.
+    predicted: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Predicted width at each horizon, for the runs that were predicted.
+    pred_width: dict[str, dict[float, float]] = dataclasses.field(default_factory=dict)
+
+
+def _sweep_arguments(
+    budgets: Sequence[float] | None,
+    fractions: Sequence[float] | None,
+    tolerance: float,
+    n_future: int,
+    horizons: Sequence[float],
+) -> tuple[np.ndarray | None, np.ndarray | None, tuple[float, ...]]:
+    """Check the arguments of :func:`budget_sweep`.
+
+    Parameters
+    ----------
+    budgets, fractions, tolerance, n_future, horizons
+        As :func:`budget_sweep` takes them.
+
+    Returns
+    -------
+    cuts : ndarray or None
+        The budgets as floats; ``None`` when the runs are cut at fractions.
+    fractions : ndarray or None
+        The fractions as floats (:data:`DEFAULT_FRACTIONS` when neither is given);
+        ``None`` when the runs are cut at budgets.
+    horizons : tuple of float
+
+    Raises
+    ------
+    ValueError
+        On arguments out of range.
+    """
+    if budgets is not None and fractions is not None:
+        raise ValueError("give at most one of budgets (computes) and fractions (of each run's compute)")
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
+    if int(n_future) != n_future or n_future < 0:
+        raise ValueError(f"n_future must be a non-negative integer, got {n_future!r}")
+    horizons = tuple(float(h) for h in horizons)
+    if (
+        not horizons
+        or any(not (math.isfinite(h) and h > 1) for h in horizons)
+        or list(horizons) != sorted(set(horizons))
+    ):
+        raise ValueError(f"horizons must be increasing numbers > 1, got {horizons!r}")
+    if budgets is not None:
+        cuts = np.asarray(budgets, float)
+        if cuts.size == 0 or not np.all(np.isfinite(cuts) & (cuts > 0)):
+            raise ValueError(f"budgets must be positive numbers, got {budgets!r}")
+        return cuts, None, horizons
+    fr = np.asarray(DEFAULT_FRACTIONS if fractions is None else fractions, float)
+    if fr.size == 0 or not np.all(np.isfinite(fr) & (fr > 0) & (fr <= 1)):
+        raise ValueError(f"fractions must be in (0, 1], got {fractions!r}")
+    return None, fr, horizons
+
+
+def _in_fit(compute: np.ndarray, kw: Mapping[str, Any]) -> np.ndarray:
+    """Which of one run's evaluations enter the likelihood of a fit with arguments ``kw``."""
+    R0_fitted = (kw.get("priors") or Priors()).R0_fitted
+    return in_likelihood(compute, min_compute=kw.get("min_compute"), R0_fitted=R0_fitted)
+
+
+def _runs_from_pieces(
+    names: Sequence[str], pieces: Sequence[tuple[np.ndarray, np.ndarray]], source: str
+) -> Runs:
+    """One pseudo-run per name, from its ``(compute, reward)`` arrays."""
+    frame = pd.DataFrame(
+        {
+            "run": np.repeat(names, [len(p[0]) for p in pieces]),
+            "compute": np.concatenate([p[0] for p in pieces]),
+            "reward": np.concatenate([p[1] for p in pieces]),
+        }
+    )
+    return Runs.from_frame(frame, source=source)
+
+
+def _truncate(
+    runs: Runs,
+    cuts: np.ndarray | None,
+    fractions: np.ndarray | None,
+    kw: Mapping[str, Any],
+    notes: list[str],
+) -> tuple[list[tuple[str, float]], list[tuple[np.ndarray, np.ndarray]], dict[str, float]]:
+    """Every run cut at every budget, and on all its data; too short cuts are noted and left out.
+
+    Parameters
+    ----------
+    runs : Runs
+    cuts, fractions : ndarray or None
+        Shared budgets, or fractions of each run's largest compute (one is ``None``).
+    kw : mapping
+        Arguments of the fit (its ``min_compute`` and ``priors`` decide what is fitted).
+    notes : list of str
+        Gets a note per left-out cut.
+
+    Returns
+    -------
+    levels : list of (str, float)
+        ``(run, largest compute kept)`` of each kept cut.
+    pieces : list of (ndarray, ndarray)
+        Compute and reward of each kept cut.
+    max_compute : dict
+        Run name to its largest compute.
+
+    Raises
+    ------
+    DataError
+        If no cut of any run has enough points to fit.
+    """
+    levels, pieces = [], []
+    max_compute: dict[str, float] = {}
+    for name, g in runs.table.groupby("run", sort=False):
+        c = g["compute"].to_numpy(float)
+        r = g["reward"].to_numpy(float)
+        max_compute[name] = float(c.max())
+        cut = cuts[cuts < c.max()] if cuts is not None else fractions * c.max()
+        kept_sets = sorted({int(np.searchsorted(c, b * (1 + 1e-12), side="right")) for b in cut} | {len(c)})
+        for k in kept_sets:
+            n_fit = int(_in_fit(c[:k], kw).sum())
+            if n_fit < MIN_POINTS:
+                if k == len(c):
+                    notes.append(
+                        f"run {name!r} left out: {n_fit} point(s) to fit, at least {MIN_POINTS} are needed."
+                    )
+                elif k > 0:
+                    notes.append(
+                        f"run {name!r} at compute <= {c[k - 1]:g}: {n_fit} point(s) to fit, "
+                        f"at least {MIN_POINTS} are needed; budget left out."
+                    )
+                continue
+            levels.append((name, c[k - 1]))
+            pieces.append((c[:k], r[:k]))
+    if not levels:
+        raise DataError(f"{runs.source}: no run has enough points to fit. " + " ".join(notes))
+    return levels, pieces, max_compute
+
+
+def _pseudo_names(levels: Sequence[tuple[str, float]]) -> list[str]:
+    """``"{run}@{compute:g}"`` per level, with 12 digits when ``:g`` makes two names equal."""
+    for fmt in ("{:g}", "{:.12g}"):
+        pseudo = [f"{n}@{fmt.format(c)}" for n, c in levels]
+        if len(set(pseudo)) == len(pseudo):
+            break
+    return pseudo
+
+
+def _width_row(run: str, budget: float, table: pd.DataFrame, key: Any, source: str) -> dict[str, Any]:
+    """A row of :attr:`BudgetSweep.widths` from the row ``key`` of an identifiability ``table``."""
+    return {
+        "run": run,
+        "budget": budget,
+        "a_width90": float(table.at[key, "a_width90"]),
+        "a_median": float(table.at[key, "a_median"]),
+        "converged": float(table.at[key, "converged"]),
+        "source": source,
+    }
+
+
+def _fit_observed(
+    runs: Runs,
+    cuts: np.ndarray | None,
+    fractions: np.ndarray | None,
+    kw: Mapping[str, Any],
+    seed: int,
+    notes: list[str],
+) -> _Observed:
+    """Fit every ``(run, budget)`` as a pseudo-run of one fit and measure ``A``'s width.
+
+    Parameters
+    ----------
+    runs : Runs
+    cuts, fractions : ndarray or None
+        As :func:`_truncate` takes them.
+    kw : mapping
+        Arguments of :func:`~bayes_scalerl.fit`.
+    seed : int
+        Seed of the fit.
+    notes : list of str
+        Gets a note per cut left out.
+
+    Returns
+    -------
+    _Observed
+    """
+    levels, pieces, max_compute = _truncate(runs, cuts, fractions, kw, notes)
+    pseudo = _pseudo_names(levels)
+    observed = fit(_runs_from_pieces(pseudo, pieces, runs.source), seed=seed, **kw)
+    ident = identifiability(observed)
+    by_pseudo = ident.set_index("run")
+    rows, full = [], {}
+    for (name, c), p in zip(levels, pseudo, strict=True):
+        rows.append(_width_row(name, float(c), by_pseudo, p, "observed"))
+        if c == max_compute[name]:
+            full[name] = p
+    return _Observed(observed, ident, pd.DataFrame(rows), full, max_compute)
+
+
+def _reached(widths: pd.DataFrame, full: Mapping[str, str], target: float) -> _Progress:
+    """The budget from which each fitted run's observed width stays within ``target``."""
+    reached: dict[str, float] = {}
+    first_tried: dict[str, bool] = {}
+    for name in full:
+        w = widths[widths["run"] == name]
+        k = _first_within(w["a_width90"].to_numpy(), target)
+        if k is not None:
+            reached[name] = float(w["budget"].iloc[k])
+            first_tried[name] = k == 0
+    return _Progress(reached, first_tried)
+
+
+def _simulate_futures(
+    runs: Runs,
+    need: Sequence[str],
+    observed: _Observed,
+    horizons: tuple[float, ...],
+    n_future: int,
+    kw: Mapping[str, Any],
+    seed: int,
+) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]], list[tuple[str, float]]]:
+    """Each run of ``need`` continued by ``n_future`` posterior predictive draws, cut at each horizon.
+
+    Parameters
+    ----------
+    runs : Runs
+    need : sequence of str
+        Runs not yet within the tolerance.
+    observed : _Observed
+        The observed fit, whose full-data pseudo-runs give the predictive draws.
+    horizons : tuple of float
+    n_future : int
+    kw : mapping
+        Arguments of the fit (which points it fits sets the density of the future grid).
+    seed : int
+        Seed of the draws.
+
+    Returns
+    -------
+    names : list of str
+        ``"{run}@{horizon:g}x#{k}"`` of each pseudo-run.
+    pieces : list of (ndarray, ndarray)
+        Its compute and reward: the observed data, then the simulated ones.
+    keys : list of (str, float)
+        Its run and horizon.
+    """
+    rng = np.random.default_rng([seed, 7_031_011])
+    groups = runs.table.groupby("run", sort=False)
+    pieces, names, keys = [], [], []
+    for name in need:
+        g = groups.get_group(name)
+        c = g["compute"].to_numpy(float)
+        r = g["reward"].to_numpy(float)
+        grid = _future_grid(c[_in_fit(c, kw)], c.max(), horizons)
+        draws = observed.fit.predict_draws(
+            grid, kind="observation", seed=int(rng.integers(2**31)), runs=[observed.full[name]]
+        )[0]  # sample, q
+        pick = rng.choice(draws.shape[0], size=int(n_future), replace=False)
+        for j, s in enumerate(pick):
+            for h in horizons:
+                upto = grid <= h * c.max() * (1 + 1e-12)
+                pieces.append((np.concatenate([c, grid[upto]]), np.concatenate([r, draws[s, upto]])))
+                names.append(f"{name}@{h:g}x#{j}")
+                keys.append((name, h))
+    return names, pieces, keys
+
+
+def _predicted_widths(
+    predicted_fit: FitResult,
+    keys: Sequence[tuple[str, float]],
+    need: Sequence[str],
+    horizons: tuple[float, ...],
+    max_compute: Mapping[str, float],
+    target: float,
+) -> tuple[pd.DataFrame, dict[str, float], dict[str, dict[float, float]]]:
+    """Median width of ``A`` over the simulated futures, per run and horizon.
+
+    Parameters
+    ----------
+    predicted_fit : FitResult
+        The fit of the simulated futures.
+    keys : sequence of (str, float)
+        Run and horizon of each of its pseudo-runs.
+    need : sequence of str
+        The runs predicted.
+    horizons : tuple of float
+    max_compute : mapping
+        Run name to its largest compute.
+    target : float
+        Widest width within the tolerance.
+
+    Returns
+    -------
+    rows : pandas.DataFrame
+        The predicted rows of :attr:`BudgetSweep.widths`.
+    predicted : dict
+        Run name to the compute from which the predicted width stays within ``target``.
+    pred_width : dict
+        Run name to its predicted width at each horizon.
+    """
+    fut = identifiability(predicted_fit).assign(base=[k[0] for k in keys], horizon=[k[1] for k in keys])
+    grouped = fut.assign(converged=fut["converged"].astype(float)).groupby(["base", "horizon"], sort=False)
+    agg = grouped[["a_width90", "a_median"]].median().join(grouped[["converged"]].mean())
+    rows = []
+    predicted: dict[str, float] = {}
+    pred_width: dict[str, dict[float, float]] = {}
+    for name in need:
+        hw = [float(agg.at[(name, h), "a_width90"]) for h in horizons]
+        pred_width[name] = dict(zip(horizons, hw, strict=True))
+        rows += [_width_row(name, h * max_compute[name], agg, (name, h), "predicted") for h in horizons]
+        k = _first_within(np.asarray(hw), target)
+        if k is not None:
+            predicted[name] = horizons[k] * max_compute[name]
+    return pd.DataFrame(rows), predicted, pred_width
+
+
+def _full_fit_columns(ident: pd.DataFrame, pseudo: str | None) -> dict[str, Any]:
+    """The :func:`identifiability` columns of a run's full-data pseudo-run (empty when unfitted)."""
+    if pseudo is None:
+        return {**{k: np.nan for k in _TABLE_COLS}, "a_identified": False, "a_flag": "", "converged": False}
+    f = ident.loc[pseudo]
+    return {
+        **{k: float(f[k]) for k in _TABLE_COLS},
+        "a_identified": bool(f["a_identified"]),
+        "a_flag": str(f["a_flag"]),
+        "converged": bool(f["converged"]),
+    }
+
+
+def _status(
+    name: str, fitted: bool, c_max: float, progress: _Progress, tolerance: float, horizons: tuple[float, ...]
+) -> str:
+    """Where run ``name`` stands against the tolerance, in words."""
+    if not fitted:
+        return "not fitted: too few points"
+    if name in progress.reached:
+        at = "at or before" if progress.first_tried[name] else "at"
+        return f"within +-{tolerance:g} {at} {progress.reached[name]:g}"
+    if name in progress.predicted:
+        ratio = progress.predicted[name] / c_max
+        return f"predicted within +-{tolerance:g} at about {progress.predicted[name]:g} ({ratio:g}x the data)"
+    if name in progress.pred_width:
+        h = horizons[-1]
+        return f"beyond {h:g}x the data: predicted width {progress.pred_width[name][h]:.3f} at {h * c_max:g}"
+    return "not within the tolerance; no prediction (n_future=0)"
+
+
+def _sweep_table(
+    names: Sequence[str],
+    observed: _Observed,
+    progress: _Progress,
+    tolerance: float,
+    horizons: tuple[float, ...],
+) -> pd.DataFrame:
+    """:attr:`BudgetSweep.table`: one row per input run."""
+    full_ident = observed.ident.set_index("run")
+    rows = []
+    for name in names:
+        c_max = observed.max_compute[name]
+        row: dict[str, Any] = {"run": name, "max_compute": c_max}
+        row.update(_full_fit_columns(full_ident, observed.full.get(name)))
+        row["reached_at"] = progress.reached.get(name, np.nan)
+        row["predicted_at"] = progress.predicted.get(name, np.nan)
+        row["status"] = _status(name, name in observed.full, c_max, progress, tolerance, horizons)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out["a_identified"] = out["a_identified"].astype(bool)
+    out["converged"] = out["converged"].astype(bool)
+    return out
+
+
+def _sweep_settings(
+    cuts: np.ndarray | None,
+    fractions: np.ndarray | None,
+    tolerance: float,
+    n_future: int,
+    horizons: tuple[float, ...],
+    seed: int,
+    kw: Mapping[str, Any],
+) -> dict[str, Any]:
+    """:attr:`BudgetSweep.settings`: the arguments, as JSON-ready values."""
+    return {
+        "budgets": None if cuts is None else [float(b) for b in cuts],
+        "fractions": None if fractions is None else [float(f) for f in fractions],
+        "tolerance": float(tolerance),
+        "n_future": int(n_future),
+        "horizons": list(horizons),
+        "seed": seed,
+        "fit_kwargs": json.loads(json.dumps(kw, default=repr)),
+    }
+
+
 def budget_sweep(
     runs: Runs | pd.DataFrame,
     *,
@@ -581,220 +999,31 @@ def budget_sweep(
     """
     if not isinstance(runs, Runs):
         runs = Runs.from_frame(runs)
-    if budgets is not None and fractions is not None:
-        raise ValueError("give at most one of budgets (computes) and fractions (of each run's compute)")
-    if not (math.isfinite(tolerance) and tolerance > 0):
-        raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
-    if int(n_future) != n_future or n_future < 0:
-        raise ValueError(f"n_future must be a non-negative integer, got {n_future!r}")
-    horizons = tuple(float(h) for h in horizons)
-    if (
-        not horizons
-        or any(not (math.isfinite(h) and h > 1) for h in horizons)
-        or list(horizons) != sorted(set(horizons))
-    ):
-        raise ValueError(f"horizons must be increasing numbers > 1, got {horizons!r}")
-    if budgets is not None:
-        cuts = np.asarray(budgets, float)
-        if cuts.size == 0 or not np.all(np.isfinite(cuts) & (cuts > 0)):
-            raise ValueError(f"budgets must be positive numbers, got {budgets!r}")
-    else:
-        fr = np.asarray(DEFAULT_FRACTIONS if fractions is None else fractions, float)
-        if fr.size == 0 or not np.all(np.isfinite(fr) & (fr > 0) & (fr <= 1)):
-            raise ValueError(f"fractions must be in (0, 1], got {fractions!r}")
+    cuts, fr, horizons = _sweep_arguments(budgets, fractions, tolerance, n_future, horizons)
     kw = _fit_kwargs(fit_kwargs, "budget_sweep")
-    min_compute = kw.get("min_compute")
-    R0_fitted = (kw.get("priors") or Priors()).R0_fitted
     target = 2.0 * tolerance
-
-    # ---- observed: every (run, budget) a pseudo-run of one fit
-    table = runs.table
     notes: list[str] = []
-    pieces, levels = [], []  # levels: (run, pseudo name, compute kept)
-    full: dict[str, str] = {}
-    max_compute: dict[str, float] = {}
-    for name, g in table.groupby("run", sort=False):
-        c = g["compute"].to_numpy(float)
-        r = g["reward"].to_numpy(float)
-        max_compute[name] = float(c.max())
-        cut = cuts[cuts < c.max()] if budgets is not None else fr * c.max()
-        kept_sets = sorted({int(np.searchsorted(c, b * (1 + 1e-12), side="right")) for b in cut} | {len(c)})
-        for k in kept_sets:
-            n_fit = int(in_likelihood(c[:k], min_compute=min_compute, R0_fitted=R0_fitted).sum())
-            if n_fit < MIN_POINTS:
-                if k == len(c):
-                    notes.append(
-                        f"run {name!r} left out: {n_fit} point(s) to fit, at least {MIN_POINTS} are needed."
-                    )
-                elif k > 0:
-                    notes.append(
-                        f"run {name!r} at compute <= {c[k - 1]:g}: {n_fit} point(s) to fit, "
-                        f"at least {MIN_POINTS} are needed; budget left out."
-                    )
-                continue
-            levels.append((name, c[k - 1]))
-            pieces.append((c[:k], r[:k]))
-    if not levels:
-        raise DataError(f"{runs.source}: no run has enough points to fit. " + " ".join(notes))
-    fmt = "{:g}"
-    pseudo = [f"{n}@{fmt.format(c)}" for n, c in levels]
-    if len(set(pseudo)) < len(pseudo):
-        fmt = "{:.12g}"
-        pseudo = [f"{n}@{fmt.format(c)}" for n, c in levels]
-    frame = pd.DataFrame(
-        {
-            "run": np.repeat(pseudo, [len(p[0]) for p in pieces]),
-            "compute": np.concatenate([p[0] for p in pieces]),
-            "reward": np.concatenate([p[1] for p in pieces]),
-        }
-    )
-    observed = fit(Runs.from_frame(frame, source=runs.source), seed=seed, **kw)
-    ident = identifiability(observed)
-    by_pseudo = ident.set_index("run")
-    widths_rows = []
-    for (name, c), p in zip(levels, pseudo, strict=True):
-        widths_rows.append(
-            {
-                "run": name,
-                "budget": float(c),
-                "a_width90": float(by_pseudo.at[p, "a_width90"]),
-                "a_median": float(by_pseudo.at[p, "a_median"]),
-                "converged": float(by_pseudo.at[p, "converged"]),
-                "source": "observed",
-            }
-        )
-        if c == max_compute[name]:
-            full[name] = p
-    widths = pd.DataFrame(widths_rows)
-
-    # ---- which runs are within the tolerance, and since when
-    reached: dict[str, float] = {}
-    first_tried: dict[str, bool] = {}
-    for name in full:
-        w = widths[widths["run"] == name]
-        k = _first_within(w["a_width90"].to_numpy(), target)
-        if k is not None:
-            reached[name] = float(w["budget"].iloc[k])
-            first_tried[name] = k == 0
-
-    # ---- predicted: simulated futures of the runs not there yet, one more fit
-    need = [n for n in full if n not in reached] if n_future else []
-    predicted_fit = None
-    predicted: dict[str, float] = {}
-    pred_width: dict[str, dict[float, float]] = {}
+    observed = _fit_observed(runs, cuts, fr, kw, seed, notes)
+    progress = _reached(observed.widths, observed.full, target)
+    widths, predicted_fit = observed.widths, None
+    need = [n for n in observed.full if n not in progress.reached] if n_future else []
     if need:
-        rng = np.random.default_rng([seed, 7_031_011])
-        groups = table.groupby("run", sort=False)
-        fut_pieces, fut_names, fut_keys = [], [], []
-        for name in need:
-            g = groups.get_group(name)
-            c = g["compute"].to_numpy(float)
-            r = g["reward"].to_numpy(float)
-            c_fit = c[in_likelihood(c, min_compute=min_compute, R0_fitted=R0_fitted)]
-            grid = _future_grid(c_fit, c.max(), horizons)
-            draws = observed.predict_draws(
-                grid, kind="observation", seed=int(rng.integers(2**31)), runs=[full[name]]
-            )[0]  # sample, q
-            pick = rng.choice(draws.shape[0], size=int(n_future), replace=False)
-            for j, s in enumerate(pick):
-                for h in horizons:
-                    upto = grid <= h * c.max() * (1 + 1e-12)
-                    fut_pieces.append((np.concatenate([c, grid[upto]]), np.concatenate([r, draws[s, upto]])))
-                    fut_names.append(f"{name}@{h:g}x#{j}")
-                    fut_keys.append((name, h))
-        frame = pd.DataFrame(
-            {
-                "run": np.repeat(fut_names, [len(p[0]) for p in fut_pieces]),
-                "compute": np.concatenate([p[0] for p in fut_pieces]),
-                "reward": np.concatenate([p[1] for p in fut_pieces]),
-            }
+        names, pieces, keys = _simulate_futures(runs, need, observed, horizons, n_future, kw, seed)
+        predicted_fit = fit(_runs_from_pieces(names, pieces, runs.source), seed=seed, **kw)
+        rows, progress.predicted, progress.pred_width = _predicted_widths(
+            predicted_fit, keys, need, horizons, observed.max_compute, target
         )
-        predicted_fit = fit(Runs.from_frame(frame, source=runs.source), seed=seed, **kw)
-        fut = identifiability(predicted_fit).assign(
-            base=[k[0] for k in fut_keys], horizon=[k[1] for k in fut_keys]
-        )
-        grouped = fut.assign(converged=fut["converged"].astype(float)).groupby(
-            ["base", "horizon"], sort=False
-        )
-        agg = grouped[["a_width90", "a_median"]].median().join(grouped[["converged"]].mean())
-        rows = []
-        for name in need:
-            hw = [float(agg.at[(name, h), "a_width90"]) for h in horizons]
-            pred_width[name] = dict(zip(horizons, hw, strict=True))
-            for h, w in zip(horizons, hw, strict=True):
-                rows.append(
-                    {
-                        "run": name,
-                        "budget": h * max_compute[name],
-                        "a_width90": w,
-                        "a_median": float(agg.at[(name, h), "a_median"]),
-                        "converged": float(agg.at[(name, h), "converged"]),
-                        "source": "predicted",
-                    }
-                )
-            k = _first_within(np.asarray(hw), target)
-            if k is not None:
-                predicted[name] = horizons[k] * max_compute[name]
-        widths = pd.concat([widths, pd.DataFrame(rows)], ignore_index=True)
-
-    # ---- the per-run table
-    full_ident = ident.set_index("run")
-    cols = ["a_median", "a_width90", "a_contraction", "a_overlap", "p_cmid_beyond_data"]
-    rows = []
-    for name in runs.names:
-        row: dict[str, Any] = {"run": name, "max_compute": max_compute[name]}
-        if name in full:
-            f = full_ident.loc[full[name]]
-            row.update({k: float(f[k]) for k in cols})
-            row["a_identified"] = bool(f["a_identified"])
-            row["a_flag"] = str(f["a_flag"])
-            row["converged"] = bool(f["converged"])
-        else:
-            row.update({k: np.nan for k in cols})
-            row["a_identified"] = False
-            row["a_flag"] = ""
-            row["converged"] = False
-        row["reached_at"] = reached.get(name, np.nan)
-        row["predicted_at"] = predicted.get(name, np.nan)
-        if name not in full:
-            status = "not fitted: too few points"
-        elif name in reached:
-            at = "at or before" if first_tried[name] else "at"
-            status = f"within +-{tolerance:g} {at} {reached[name]:g}"
-        elif name in predicted:
-            ratio = predicted[name] / max_compute[name]
-            status = f"predicted within +-{tolerance:g} at about {predicted[name]:g} ({ratio:g}x the data)"
-        elif name in pred_width:
-            h = horizons[-1]
-            status = (
-                f"beyond {h:g}x the data: predicted width {pred_width[name][h]:.3f} "
-                f"at {h * max_compute[name]:g}"
-            )
-        else:
-            status = "not within the tolerance; no prediction (n_future=0)"
-        row["status"] = status
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    out["a_identified"] = out["a_identified"].astype(bool)
-    out["converged"] = out["converged"].astype(bool)
+        widths = pd.concat([widths, rows], ignore_index=True)
+    table = _sweep_table(runs.names, observed, progress, tolerance, horizons)
     notes += list(runs.notes)
-    settings = {
-        "budgets": None if budgets is None else [float(b) for b in cuts],
-        "fractions": None if budgets is not None else [float(f) for f in fr],
-        "tolerance": float(tolerance),
-        "n_future": int(n_future),
-        "horizons": list(horizons),
-        "seed": seed,
-        "fit_kwargs": json.loads(json.dumps(kw, default=repr)),
-    }
     return BudgetSweep(
-        table=out,
+        table=table,
         widths=widths,
         tolerance=float(tolerance),
         notes=notes,
-        fits={"observed": observed, "predicted": predicted_fit},
-        settings=settings,
-        _full=full,
+        fits={"observed": observed.fit, "predicted": predicted_fit},
+        settings=_sweep_settings(cuts, fr, tolerance, n_future, horizons, seed, kw),
+        _full=observed.full,
     )
 
 

@@ -88,6 +88,8 @@ __all__ = [
     "gain_conditional",
     "refresh_sigma",
     "draw_A",
+    "log_diff_ndtr",
+    "truncnorm_draw",
     "scalerl_numpyro_model",
 ]
 
@@ -306,7 +308,7 @@ def _log_prior(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> j
     return lp
 
 
-def _log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
+def log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
     """``log(Phi(b) - Phi(a))`` for ``a <= b``, stable in both tails and for ``b - a -> 0``."""
     flip = a > 0  # use the symmetric lower tail, where log_ndtr is accurate
     lo = jnp.where(flip, -b, a)
@@ -410,13 +412,13 @@ def gain_conditional(
             -0.5 * mu0**2 / tau**2
             - jnp.log(tau)
             - 0.5 * _LOG_2PI
-            - _log_diff_ndtr(-mu0 / tau, (upper - mu0) / tau)
+            - log_diff_ndtr(-mu0 / tau, (upper - mu0) / tau)
         )
     prec = jnp.maximum(Ss + prec_prior, 1e-300)
     h = Sy + h_prior
     mean = h / prec
     sd = 1.0 / jnp.sqrt(prec)
-    log_mass = _log_diff_ndtr(-mean / sd, (upper - mean) / sd)
+    log_mass = log_diff_ndtr(-mean / sd, (upper - mean) / sd)
     log_free = (
         -0.5 * n * _LOG_2PI
         - 0.5 * log_det
@@ -455,7 +457,7 @@ def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     return lp + cond.log_free - 0.5 * _LOG_2PI - jnp.log(cond.sd) - 0.5 * t * t
 
 
-def _truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
+def truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
     """Inverse-CDF draw from Normal(mean, sd) truncated to (0, upper), stable in the tails."""
     a = (0.0 - mean) / sd
     b = (upper - mean) / sd
@@ -537,7 +539,7 @@ def draw_A(
         p.rho.reshape(-1),
         lam,
     )
-    g = _truncnorm_draw(key, cond.mean, cond.sd, cond.upper)
+    g = truncnorm_draw(key, cond.mean, cond.sd, cond.upper)
     return (p.R0.reshape(-1) + g).reshape(p.log_B.shape)
 
 

@@ -343,11 +343,24 @@ def plot_curves(
 
 
 # ---------------------------------------------------------------------- forest
-def _group_level(result: FitResult, var: str, level: str) -> dict[tuple[str, str | None], np.ndarray]:
+def group_level_draws(result: FitResult, var: str, level: str) -> dict[tuple[str, str | None], np.ndarray]:
     """Draws of ``{var}_{level}`` (a hierarchical fit's group-level variable), if the posterior has it.
 
-    Keys are ``(group, None)``, or ``(group, "math")`` etc. when the variable has further
-    dimensions (``A_recipe`` has a ``task`` dimension when the runs have several tasks).
+    Parameters
+    ----------
+    result : FitResult
+        The fit.
+    var : str
+        The per-run variable (``"A"``, ``"B"``, ``"C_mid"``).
+    level : str
+        The group level (``"recipe"``).
+
+    Returns
+    -------
+    dict
+        ``(group, None)``, or ``(group, "math")`` etc. when the variable has further
+        dimensions (``A_recipe`` has a ``task`` dimension when the runs have several tasks),
+        to the draws (chains pooled); empty when the posterior has no such variable.
     """
     post = result.dt["posterior"]
     name = f"{var}_{level}"
@@ -362,6 +375,195 @@ def _group_level(result: FitResult, var: str, level: str) -> dict[tuple[str, str
         return {(g, None): x[i, 0] for i, g in enumerate(groups)}
     combos = [", ".join(c) for c in itertools.product(*[[str(v) for v in da[d].values] for d in extra])]
     return {(g, c): x[i, j] for i, g in enumerate(groups) for j, c in enumerate(combos)}
+
+
+#: A row of the forest plot: ``(label, kind, key)``. ``kind`` ``"run"``: ``key`` is the run's
+#: index; ``"group"``: a group's heading, ``key`` ``(group, None)``; ``"sub"``: a group-level
+#: variable's row, ``key`` ``(group, extra)``.
+_ForestRow = tuple[str, str, object]
+_RUN_COLOUR, _GROUP_COLOUR = _PALETTE[0], _PALETTE[1]
+
+
+def _forest_variables(result: FitResult, var_names: Sequence[str], ci_prob: float) -> list[str]:
+    """Check the arguments of :func:`plot_forest`; returns the variables as a list.
+
+    Raises
+    ------
+    ValueError
+        If ``ci_prob`` is not in ``(0.5, 1)`` or ``var_names`` is empty.
+    KeyError
+        If a variable is not a per-run posterior variable.
+    """
+    if not 0.5 < ci_prob < 1:
+        raise ValueError(f"ci_prob must be in (0.5, 1), got {ci_prob!r}")
+    var_names = list(var_names)
+    if not var_names:
+        raise ValueError("var_names is empty")
+    post = result.dt["posterior"]
+    for var in var_names:
+        if var not in post.data_vars or "run" not in post[var].dims:
+            raise KeyError(f"no per-run posterior variable {var!r}; have {', '.join(result.var_names)}")
+    return var_names
+
+
+def _forest_rows(
+    result: FitResult,
+    names: list[str],
+    group_by: str | None,
+    level: str,
+    keys: Sequence[tuple[str, str | None]],
+) -> list[_ForestRow]:
+    """The rows of the forest plot, top to bottom.
+
+    Parameters
+    ----------
+    result : FitResult
+    names : list of str
+        The runs shown.
+    group_by : str or None
+        Group the runs by this per-run column, each group under its heading.
+    level : str
+        Name of the group level.
+    keys : sequence of (str, str or None)
+        The keys of the group-level variables' draws (:func:`group_level_draws`).
+
+    Returns
+    -------
+    list of (label, kind, key)
+        Without ``group_by`` the group-level rows come first, then the runs.
+    """
+    lookup = _index(result)
+    rows: list[_ForestRow] = []
+    if group_by is not None:
+        for group, members in _panels(result, names, group_by):
+            rows.append((group, "group", (group, None)))
+            rows += [(f"   {k[1]} ({level} level)", "sub", k) for k in keys if k[0] == group and k[1]]
+            rows += [("   " + _short_label(n, group), "run", lookup[n]) for n in members]
+    else:
+        for g, extra in keys:
+            rows.append((f"{g} · {extra} ({level})" if extra else f"{g} ({level})", "sub", (g, extra)))
+        rows += [(n, "run", lookup[n]) for n in names]
+    return rows
+
+
+def _forest_figure(rows: Sequence[_ForestRow], n_vars: int) -> tuple[Figure, list]:
+    """A figure of one axes per variable, sharing the row axis, sized to the rows and labels."""
+    label_width = 0.5 + 0.075 * max(len(label) + 2 for label, _, _ in rows)  # inches, at 8 pt
+    width = min(label_width, 4.0) + 2.7 * max(n_vars, 1.5)
+    fig, axes = plt.subplots(
+        1,
+        n_vars,
+        figsize=(width, 1.1 + 0.2 * len(rows)),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    return fig, list(axes.ravel())
+
+
+def _draw_interval(
+    ax, d: np.ndarray, y: float, qs: Sequence[float], colour: str, marker: str, hollow: bool
+) -> None:
+    """One row of the forest: outer interval, 50% interval and median of the draws ``d``."""
+    lo, q25, med, q75, hi = np.quantile(d, qs)
+    ax.plot([lo, hi], [y, y], color=colour, lw=1.0, solid_capstyle="butt")
+    ax.plot([q25, q75], [y, y], color=colour, lw=3.2, solid_capstyle="butt")
+    ax.plot(
+        [med],
+        [y],
+        marker,
+        color=colour,
+        mfc="white" if hollow else colour,
+        mec=colour,
+        ms=5 if marker == "o" else 5.5,
+        mew=1.0,
+        zorder=3,
+    )
+
+
+def _forest_column(
+    ax,
+    var: str,
+    draws: np.ndarray,
+    group_draws: dict[tuple[str, str | None], np.ndarray],
+    rows: Sequence[_ForestRow],
+    ys: np.ndarray,
+    qs: Sequence[float],
+    flagged: set[int],
+) -> None:
+    """Draw variable ``var`` on ``ax``: its runs' rows, its group-level rows, and the x axis.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    var : str
+    draws : ndarray, shape (run, sample)
+        The runs' draws of ``var``.
+    group_draws : dict
+        The draws of its group-level variable (:func:`group_level_draws`).
+    rows : sequence of (label, kind, key)
+    ys : ndarray
+        The y position of each row.
+    qs : sequence of float
+        The quantiles drawn: outer low, 25%, median, 75%, outer high.
+    flagged : set of int
+        Indices of the runs drawn with an open marker.
+    """
+    for y, (_label, kind, key) in zip(ys, rows, strict=True):
+        if kind == "run":
+            _draw_interval(ax, draws[key], y, qs, _RUN_COLOUR, "o", key in flagged)
+        elif key in group_draws:
+            _draw_interval(ax, group_draws[key], y, qs, _GROUP_COLOUR, "D", False)
+    if var == "C_mid":
+        _log_compute_axis(ax, label="C_mid")
+    else:
+        ax.set_xlabel(var, fontsize=_FS_LABEL)
+    _style_axes(ax)
+    ax.grid(False, axis="y")
+    ax.set_title(_text(var), fontsize=_FS_TITLE)
+
+
+def _forest_row_axis(
+    axes: list, rows: Sequence[_ForestRow], ys: np.ndarray, group_by: str | None, flagged: set[int]
+) -> None:
+    """Separators above each group, and the row labels (groups bold, flagged runs with a dagger)."""
+    for k, (y, (_label, kind, _key)) in enumerate(zip(ys, rows, strict=True)):
+        heading = kind == "group" or (
+            group_by is None and kind == "run" and k > 0 and rows[k - 1][1] == "sub"
+        )
+        if heading:
+            for ax in axes:
+                ax.axhline(y + 0.5, color="0.8", lw=0.6, zorder=0)
+    labels = [_text(label) + (" †" if kind == "run" and key in flagged else "") for label, kind, key in rows]
+    axes[0].set_yticks(ys, labels)
+    axes[0].set_ylim(ys[-1] - 0.7, 0.7)
+    for ax in axes:
+        ax.tick_params(axis="y", length=0)
+    for tick, (_label, kind, _key) in zip(axes[0].get_yticklabels(), rows, strict=True):
+        if kind == "group":
+            tick.set_fontweight("bold")
+
+
+def _forest_legend(
+    ci_prob: float, level: str, group_rows: bool, flag_rows: bool, flag_label: str
+) -> list[Line2D]:
+    """Legend entries of the forest plot: median, intervals, and group level and flag when drawn."""
+    items = [
+        Line2D([], [], color=_RUN_COLOUR, marker="o", ls="none", ms=5, label="median"),
+        Line2D([], [], color=_RUN_COLOUR, lw=3.2, label="50% interval"),
+        Line2D([], [], color=_RUN_COLOUR, lw=1.0, label=f"{round(ci_prob * 100):d}% interval"),
+    ]
+    if group_rows:
+        items.append(
+            Line2D([], [], color=_GROUP_COLOUR, marker="D", ms=5, lw=1.0, label=f"{_text(level)} level")
+        )
+    if flag_rows:
+        items.append(
+            Line2D(
+                [], [], color=_RUN_COLOUR, marker="o", mfc="white", ls="none", ms=5, label=f"† {flag_label}"
+            )
+        )
+    return items
 
 
 def plot_forest(
@@ -407,112 +609,23 @@ def plot_forest(
     matplotlib.figure.Figure
         One axes per variable, sharing the run axis.
     """
-    if not 0.5 < ci_prob < 1:
-        raise ValueError(f"ci_prob must be in (0.5, 1), got {ci_prob!r}")
-    var_names = list(var_names)
-    if not var_names:
-        raise ValueError("var_names is empty")
-    post = result.dt["posterior"]
-    for var in var_names:
-        if var not in post.data_vars or "run" not in post[var].dims:
-            raise KeyError(f"no per-run posterior variable {var!r}; have {', '.join(result.var_names)}")
+    var_names = _forest_variables(result, var_names, ci_prob)
     names = _check_runs(result, runs)
-    lookup = _index(result)
-    flagged = {str(r) for r in flag_runs}
+    flag_names = {str(r) for r in flag_runs}
+    flagged = {i for i, name in enumerate(result.run_names) if name in flag_names}
     level = group_by or "recipe"
-    group_level = {var: _group_level(result, var, level) for var in var_names}
+    group_level = {var: group_level_draws(result, var, level) for var in var_names}
     keys = list(dict.fromkeys(k for d in group_level.values() for k in d))
-    # rows: (label, kind, key); "run": key is the run index; "group": a group's heading, key
-    # (group, None); "sub": a group-level variable's row, key (group, extra index)
-    rows: list[tuple[str, str, object]] = []
-    if group_by is not None:
-        for group, members in _panels(result, names, group_by):
-            rows.append((group, "group", (group, None)))
-            rows += [(f"   {k[1]} ({level} level)", "sub", k) for k in keys if k[0] == group and k[1]]
-            rows += [("   " + _short_label(n, group), "run", lookup[n]) for n in members]
-    else:
-        for g, extra in keys:
-            rows.append((f"{g} · {extra} ({level})" if extra else f"{g} ({level})", "sub", (g, extra)))
-        rows += [(n, "run", lookup[n]) for n in names]
-    n_rows = len(rows)
-    label_width = 0.5 + 0.075 * max(len(label) + 2 for label, _, _ in rows)  # inches, at 8 pt
-    width = min(label_width, 4.0) + 2.7 * max(len(var_names), 1.5)
-    fig, axes = plt.subplots(
-        1,
-        len(var_names),
-        figsize=(width, 1.1 + 0.2 * n_rows),
-        sharey=True,
-        squeeze=False,
-        layout="constrained",
-    )
-    axes = list(axes.ravel())
+    rows = _forest_rows(result, names, group_by, level, keys)
+    fig, axes = _forest_figure(rows, len(var_names))
     qs = [(1 - ci_prob) / 2, 0.25, 0.5, 0.75, 1 - (1 - ci_prob) / 2]
-    ys = -np.arange(n_rows, dtype=float)
-    run_colour, group_colour = _PALETTE[0], _PALETTE[1]
+    ys = -np.arange(len(rows), dtype=float)
     for ax, var in zip(axes, var_names, strict=True):
-        draws = result.draws(var)
-        for y, (_label, kind, key) in zip(ys, rows, strict=True):
-            if kind == "run":
-                d, colour, marker = draws[key], run_colour, "o"
-            elif key in group_level[var]:
-                d, colour, marker = group_level[var][key], group_colour, "D"
-            else:
-                continue
-            lo, q25, med, q75, hi = np.quantile(d, qs)
-            is_flagged = kind == "run" and result.run_names[key] in flagged
-            ax.plot([lo, hi], [y, y], color=colour, lw=1.0, solid_capstyle="butt")
-            ax.plot([q25, q75], [y, y], color=colour, lw=3.2, solid_capstyle="butt")
-            ax.plot(
-                [med],
-                [y],
-                marker,
-                color=colour,
-                mfc="white" if is_flagged else colour,
-                mec=colour,
-                ms=5 if marker == "o" else 5.5,
-                mew=1.0,
-                zorder=3,
-            )
-        if var == "C_mid":
-            _log_compute_axis(ax, label="C_mid")
-        else:
-            ax.set_xlabel(var, fontsize=_FS_LABEL)
-        _style_axes(ax)
-        ax.grid(False, axis="y")
-        ax.set_title(_text(var), fontsize=_FS_TITLE)
-    for k, (y, (_label, kind, _key)) in enumerate(zip(ys, rows, strict=True)):
-        heading = kind == "group" or (
-            group_by is None and kind == "run" and k > 0 and rows[k - 1][1] == "sub"
-        )
-        if heading:
-            for ax in axes:
-                ax.axhline(y + 0.5, color="0.8", lw=0.6, zorder=0)
-    labels = []
-    for label, kind, key in rows:
-        mark = " †" if kind == "run" and result.run_names[key] in flagged else ""
-        labels.append(_text(label) + mark)
-    axes[0].set_yticks(ys, labels)
-    axes[0].set_ylim(ys[-1] - 0.7, 0.7)
-    for ax in axes:
-        ax.tick_params(axis="y", length=0)
-    for tick, (_label, kind, _key) in zip(axes[0].get_yticklabels(), rows, strict=True):
-        if kind == "group":
-            tick.set_fontweight("bold")
-    items = [
-        Line2D([], [], color=run_colour, marker="o", ls="none", ms=5, label="median"),
-        Line2D([], [], color=run_colour, lw=3.2, label="50% interval"),
-        Line2D([], [], color=run_colour, lw=1.0, label=f"{round(ci_prob * 100):d}% interval"),
-    ]
-    if any(key in group_level[var] for var in var_names for _, kind, key in rows if kind != "run"):
-        items.append(
-            Line2D([], [], color=group_colour, marker="D", ms=5, lw=1.0, label=f"{_text(level)} level")
-        )
-    if any(result.run_names[key] in flagged for _, kind, key in rows if kind == "run"):
-        items.append(
-            Line2D(
-                [], [], color=run_colour, marker="o", mfc="white", ls="none", ms=5, label=f"† {flag_label}"
-            )
-        )
+        _forest_column(ax, var, result.draws(var), group_level[var], rows, ys, qs, flagged)
+    _forest_row_axis(axes, rows, ys, group_by, flagged)
+    group_rows = any(key in group_level[var] for var in var_names for _, kind, key in rows if kind != "run")
+    flag_rows = any(key in flagged for _, kind, key in rows if kind == "run")
+    items = _forest_legend(ci_prob, level, group_rows, flag_rows, flag_label)
     _figure_legend(fig, items, ncol=len(items) if len(var_names) > 1 else 3)
     return fig
 
@@ -627,8 +740,21 @@ def plot_linearised(
 
 
 # ---------------------------------------------------------------------- export
-def _png_bytes(fig: Figure, *, dpi: int = 150, close: bool = True) -> bytes:
-    """The figure as PNG bytes (for reports); closes it unless ``close=False``."""
+def png_bytes(fig: Figure, *, dpi: int = 150, close: bool = True) -> bytes:
+    """The figure as PNG bytes (for reports); closes it unless ``close=False``.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    dpi : int
+        Resolution.
+    close : bool
+        Close the figure (with pyplot) once saved, even if saving fails.
+
+    Returns
+    -------
+    bytes
+    """
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=dpi, facecolor="white")

@@ -608,6 +608,234 @@ def _is_wandb_stat(col: str, columns: set[str]) -> bool:
     return col.endswith(("__MIN", "__MAX")) and col[:-5] in columns
 
 
+def _found(columns: Sequence[str]) -> str:
+    """The first 20 column names, for an error message."""
+    return ", ".join(map(repr, columns[:20])) + (
+        f" and {len(columns) - 20} more" if len(columns) > 20 else ""
+    )
+
+
+def _wandb_curve(
+    path: Path,
+    frame: pd.DataFrame,
+    col: str,
+    run: str,
+    metric: str,
+    rule: _Compute,
+    x: np.ndarray,
+    required: Sequence[tuple[str, np.ndarray]],
+    steps: tuple[str, np.ndarray] | None,
+    notes: list[str],
+) -> tuple[str, str, list[_Point]]:
+    """One curve of a W&B export: the non-empty cells of column ``col``.
+
+    Parameters
+    ----------
+    path : Path
+        The file (for messages).
+    frame : pandas.DataFrame
+        The file as text (:func:`_read_csv_strict`).
+    col : str
+        The column of rewards.
+    run, metric : str
+        The curve's run and metric.
+    rule : _Compute
+        Turns ``x`` into GPU-hours.
+    x : ndarray
+        The compute column's values.
+    required : sequence of (str, ndarray)
+        Columns that must not be empty on a row with a reward: name and mask of empty cells.
+    steps : (str, ndarray) or None
+        Name and values of the column holding the steps, if the steps are known.
+    notes : list of str
+        Gets a note of the empty cells skipped (and the notes of :func:`_curve`).
+
+    Returns
+    -------
+    tuple
+        ``(run, metric, points)``.
+
+    Raises
+    ------
+    DataError
+        On a cell that is not a number in ``[0, 1]``, a required cell left empty, or a step
+        that is not a whole number.
+    """
+    values, empty = _numeric(path, frame, col)
+    points = []
+    for i in np.flatnonzero(~empty):
+        where = f"row {i + 2}"
+        reward = _reward(f"{path}, {where}", col, values[i])
+        for name, miss in required:
+            if miss[i]:
+                raise DataError(f"{path}, {where}: column {name!r} is empty on a row with {col!r}.")
+        step = None if steps is None else _step_value(f"{path}, {where}", steps[0], steps[1][i])
+        points.append(_Point(step, rule(x[i]), reward, where))
+    if empty.any():
+        notes.append(f"run {run!r}: {int(empty.sum())} empty cell(s) of {metric!r} skipped.")
+    return run, metric, _curve(str(path), run, metric, points, notes)
+
+
+def _wandb_history_curves(
+    path: Path,
+    frame: pd.DataFrame,
+    patterns: Sequence[str],
+    rule: _Compute,
+    compute_col: str,
+    run: str,
+    notes: list[str],
+) -> list[tuple[str, str, list[_Point]]]:
+    """The curves of a run-history export (one run; a column per metric).
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    frame : pandas.DataFrame
+        Its cells as text, with a ``_step`` column.
+    patterns : sequence of str
+        The metric patterns.
+    rule : _Compute
+        Turns the compute column into GPU-hours.
+    compute_col : str
+        The column holding steps or seconds.
+    run : str
+        The run's name.
+    notes : list of str
+        Gets the notes of the curves.
+
+    Returns
+    -------
+    list of (run, metric, points)
+
+    Raises
+    ------
+    DataError
+        If the compute column is missing, a pattern matches no metric, or a cell is bad.
+    """
+    columns = list(frame.columns)
+    if compute_col not in columns:
+        raise DataError(f"{path}: no column {compute_col!r} for compute; found {_found(columns)}.")
+    names = [c for c in columns if c not in _WANDB_HISTORY_KEYS and c != compute_col and c != "Unnamed: 0"]
+    matched = _match(str(path), patterns, names)
+    steps, steps_empty = _numeric(path, frame, "_step")
+    x, x_empty = _numeric(path, frame, compute_col)
+    required = (("_step", steps_empty), (compute_col, x_empty))
+    return [_wandb_curve(path, frame, m, run, m, rule, x, required, ("_step", steps), notes) for m in matched]
+
+
+def _wandb_chart_pairs(
+    path: Path, columns: Sequence[str], patterns: Sequence[str], compute_col: str
+) -> list[tuple[str, tuple[str, str]]]:
+    """The ``<run> - <metric>`` columns of a chart export whose metric matches a pattern.
+
+    Returns
+    -------
+    list of (column, (run, metric))
+
+    Raises
+    ------
+    DataError
+        If there are none: the file is neither W&B layout, or no metric matches the first
+        pattern.
+    """
+    pairs = [
+        (c, split)
+        for c in columns
+        if c != compute_col
+        and not _is_wandb_stat(c, set(columns))
+        and (split := _split_wandb_column(c, patterns)) is not None
+    ]
+    if not pairs:
+        looks = any(_WANDB_SEP in c for c in columns)
+        if not looks:
+            raise DataError(
+                f"{path}: neither W&B layout: no '_step' column (run history) and no "
+                f"'<run> - <metric>' columns (chart export); found {_found(columns)}."
+            )
+        metrics_found = list(dict.fromkeys(c.rsplit(_WANDB_SEP, 1)[1] for c in columns if _WANDB_SEP in c))
+        metrics_found = [m for m in metrics_found if not m.endswith(("__MIN", "__MAX"))]
+        raise DataError(f"{path}: {_describe_missing(patterns[0], metrics_found)}")
+    return pairs
+
+
+def _check_wandb_chart(
+    path: Path,
+    columns: Sequence[str],
+    compute_col: str,
+    rule: _Compute,
+    patterns: Sequence[str],
+    pairs: Sequence[tuple[str, tuple[str, str]]],
+) -> None:
+    """Refuse a chart export without its x column, with steps counted as seconds, or missing a metric.
+
+    Raises
+    ------
+    DataError
+        If ``compute_col`` is not a column, ``Step`` is to be turned into GPU-hours with
+        ``gpus``, or a pattern matches none of the metrics in ``pairs``.
+    """
+    if compute_col not in columns:
+        raise DataError(
+            f"{path}: no x column {compute_col!r} for compute (give compute_col); found {_found(columns)}."
+        )
+    if compute_col == "Step" and rule.unit == "seconds":
+        raise DataError(
+            f"{path}: column 'Step' counts training steps: give gpu_hours_per_step, or export the chart "
+            "with a time x-axis in seconds and name it with compute_col to use gpus."
+        )
+    present = {m for _, (_, m) in pairs}
+    for pattern in patterns:
+        if not any(fnmatchcase(m, pattern) for m in present):
+            raise DataError(f"{path}: {_describe_missing(pattern, sorted(present))}")
+
+
+def _absent_metric_notes(pairs: Sequence[tuple[str, tuple[str, str]]]) -> list[str]:
+    """A note for each run of a chart export that lacks a metric other runs have."""
+    runs_metrics: dict[str, list[str]] = {}
+    for _, (run, m) in pairs:
+        runs_metrics.setdefault(run, []).append(m)
+    all_metrics = list(dict.fromkeys(m for _, (_, m) in pairs))
+    return [
+        f"run {run!r}: metric {m!r} (found for other runs) is not in the file; no curve."
+        for run, ms in runs_metrics.items()
+        for m in all_metrics
+        if m not in ms
+    ]
+
+
+def _wandb_chart_curves(
+    path: Path,
+    frame: pd.DataFrame,
+    patterns: Sequence[str],
+    rule: _Compute,
+    compute_col: str,
+    notes: list[str],
+) -> list[tuple[str, str, list[_Point]]]:
+    """The curves of a chart export (many runs; a ``<run> - <metric>`` column per curve).
+
+    The arguments are those of :func:`_wandb_history_curves`, less the run's name: the
+    columns name the runs. ``notes`` also gets one note per metric a run lacks.
+
+    Raises
+    ------
+    DataError
+        If the layout or a metric is not found, the x column is missing or unfit for the
+        compute option, or a cell is bad.
+    """
+    columns = list(frame.columns)
+    pairs = _wandb_chart_pairs(path, columns, patterns, compute_col)
+    _check_wandb_chart(path, columns, compute_col, rule, patterns, pairs)
+    x, x_empty = _numeric(path, frame, compute_col)
+    steps = (compute_col, x) if compute_col == "Step" else None
+    curves = [
+        _wandb_curve(path, frame, col, run, m, rule, x, ((compute_col, x_empty),), steps, notes)
+        for col, (run, m) in pairs
+    ]
+    notes.extend(_absent_metric_notes(pairs))
+    return curves
+
+
 def read_wandb_csv(
     path: str | os.PathLike,
     *,
@@ -668,101 +896,19 @@ def read_wandb_csv(
     rule = _compute_rule(source, gpus, gpu_hours_per_step)
     patterns = _patterns(source, metric)
     frame = _read_csv_strict(path)
-    columns = [str(c) for c in frame.columns]
-    frame.columns = columns
+    frame.columns = [str(c) for c in frame.columns]
     notes: list[str] = []
-    curves: list[tuple[str, str, list[_Point]]] = []
-    found = ", ".join(map(repr, columns[:20])) + (
-        f" and {len(columns) - 20} more" if len(columns) > 20 else ""
-    )
-
-    if "_step" in columns:  # ------------------------------------------------ run history
-        run = run_name if run_name is not None else path.stem
-        if compute_col is None:
-            compute_col = "_step" if rule.unit == "steps" else "_runtime"
-        if compute_col not in columns:
-            raise DataError(f"{path}: no column {compute_col!r} for compute; found {found}.")
-        names = [
-            c for c in columns if c not in _WANDB_HISTORY_KEYS and c != compute_col and c != "Unnamed: 0"
-        ]
-        matched = _match(source, patterns, names)
-        steps, steps_empty = _numeric(path, frame, "_step")
-        x, x_empty = _numeric(path, frame, compute_col)
-        for m in matched:
-            values, empty = _numeric(path, frame, m)
-            points = []
-            for i in np.flatnonzero(~empty):
-                where = f"row {i + 2}"
-                reward = _reward(f"{path}, {where}", m, values[i])
-                for col, miss in (("_step", steps_empty), (compute_col, x_empty)):
-                    if miss[i]:
-                        raise DataError(f"{path}, {where}: column {col!r} is empty on a row with {m!r}.")
-                points.append(
-                    _Point(_step_value(f"{path}, {where}", "_step", steps[i]), rule(x[i]), reward, where)
-                )
-            if empty.any():
-                notes.append(f"run {run!r}: {int(empty.sum())} empty cell(s) of {m!r} skipped.")
-            curves.append((run, m, _curve(source, run, m, points, notes)))
-        return _finish(source, curves, notes)
-
-    # ---------------------------------------------------------------------- chart export
-    if run_name is not None:
-        raise DataError(f"{path}: run_name applies to a run-history export; a chart export names its runs.")
-    if compute_col is None:
-        compute_col = "Step"
-    pairs = [
-        (c, split)
-        for c in columns
-        if c != compute_col
-        and not _is_wandb_stat(c, set(columns))
-        and (split := _split_wandb_column(c, patterns)) is not None
-    ]
-    if not pairs:
-        looks = any(_WANDB_SEP in c for c in columns)
-        if not looks:
+    if "_step" in frame.columns:  # a run history
+        x_col = ("_step" if rule.unit == "steps" else "_runtime") if compute_col is None else compute_col
+        run = path.stem if run_name is None else run_name
+        curves = _wandb_history_curves(path, frame, patterns, rule, x_col, run, notes)
+    else:  # a chart export
+        if run_name is not None:
             raise DataError(
-                f"{path}: neither W&B layout: no '_step' column (run history) and no "
-                f"'<run> - <metric>' columns (chart export); found {found}."
+                f"{path}: run_name applies to a run-history export; a chart export names its runs."
             )
-        metrics_found = list(dict.fromkeys(c.rsplit(_WANDB_SEP, 1)[1] for c in columns if _WANDB_SEP in c))
-        metrics_found = [m for m in metrics_found if not m.endswith(("__MIN", "__MAX"))]
-        raise DataError(f"{path}: {_describe_missing(patterns[0], metrics_found)}")
-    if compute_col not in columns:
-        raise DataError(f"{path}: no x column {compute_col!r} for compute (give compute_col); found {found}.")
-    if compute_col == "Step" and rule.unit == "seconds":
-        raise DataError(
-            f"{path}: column 'Step' counts training steps: give gpu_hours_per_step, or export the chart "
-            "with a time x-axis in seconds and name it with compute_col to use gpus."
-        )
-    present = {m for _, (_, m) in pairs}
-    for pattern in patterns:
-        if not any(fnmatchcase(m, pattern) for m in present):
-            raise DataError(f"{path}: {_describe_missing(pattern, sorted(present))}")
-    x, x_empty = _numeric(path, frame, compute_col)
-    is_step = compute_col == "Step"
-    runs_metrics: dict[str, list[str]] = {}
-    for _, (run, m) in pairs:
-        runs_metrics.setdefault(run, []).append(m)
-    all_metrics = list(dict.fromkeys(m for _, (_, m) in pairs))
-    for col, (run, m) in pairs:
-        values, empty = _numeric(path, frame, col)
-        points = []
-        for i in np.flatnonzero(~empty):
-            where = f"row {i + 2}"
-            reward = _reward(f"{path}, {where}", col, values[i])
-            if x_empty[i]:
-                raise DataError(f"{path}, {where}: column {compute_col!r} is empty on a row with {col!r}.")
-            step = _step_value(f"{path}, {where}", compute_col, x[i]) if is_step else None
-            points.append(_Point(step, rule(x[i]), reward, where))
-        if empty.any():
-            notes.append(f"run {run!r}: {int(empty.sum())} empty cell(s) of {m!r} skipped.")
-        curves.append((run, m, _curve(source, run, m, points, notes)))
-    for run, ms in runs_metrics.items():
-        for m in all_metrics:
-            if m not in ms:
-                notes.append(
-                    f"run {run!r}: metric {m!r} (found for other runs) is not in the file; no curve."
-                )
+        x_col = "Step" if compute_col is None else compute_col
+        curves = _wandb_chart_curves(path, frame, patterns, rule, x_col, notes)
     return _finish(source, curves, notes)
 
 

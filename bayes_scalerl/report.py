@@ -1,6 +1,7 @@
 """A fit's report: one self-contained HTML page and a Markdown summary.
 
-:func:`write_report` reads a fit's output folder (``posterior.nc``, ``summary.csv``,
+:func:`write_report` reads a fit's output folder (written by ``bayes-scalerl fit`` or
+:func:`bayes_scalerl.write_fit_folder`: ``posterior.nc``, ``summary.csv``,
 ``diagnostics.csv``, and when present ``predictions.csv``, ``comparisons.csv`` and a
 hierarchical fit's ``recipes.csv`` and ``sampler.csv``) and writes, beside them or into
 ``out``:
@@ -32,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from . import plots as _plots
+from . import runtime
 from .io import atomic_output_dir
+from .outputs import IDENTIFIABILITY_COLUMNS, fit_diagnostics
 from .results import FitResult
 
 __all__ = ["write_report"]
@@ -109,8 +112,15 @@ def _load(fitdir: Path) -> _Fit:
         notes.append("summary.csv missing: the summary was recomputed from posterior.nc")
     if (fitdir / "diagnostics.csv").is_file():
         diagnostics = _read_csv(fitdir / "diagnostics.csv")
+        missing = [c for c in IDENTIFIABILITY_COLUMNS if c not in diagnostics.columns]
+        if missing and result.settings.get("model", "independent") == "independent" and "run" in diagnostics:
+            ident = fit_diagnostics(result)[["run", *missing]]
+            diagnostics = diagnostics.merge(ident.astype({"run": str}), on="run", how="left")
+            notes.append(
+                "diagnostics.csv has no identifiability columns: they were computed from posterior.nc"
+            )
     else:
-        diagnostics = result.diagnostics()
+        diagnostics = fit_diagnostics(result)
         notes.append("diagnostics.csv missing: diagnostics were recomputed from posterior.nc")
     optional = {}
     for name in ("predictions", "comparisons", "recipes", "sampler"):
@@ -272,7 +282,7 @@ def _group_level_table(fit: _Fit) -> pd.DataFrame | None:
     level = fit.group_by
     if level is None:
         return None
-    draws = {p: _plots._group_level(fit.result, p, level) for p in _PARAMS}
+    draws = {p: _plots.group_level_draws(fit.result, p, level) for p in _PARAMS}
     keys = list(dict.fromkeys(k for d in draws.values() for k in d))
     if not keys:
         return None
@@ -336,7 +346,7 @@ def _figures(fit: _Fit) -> list[_Figure]:
             f"One panel per {unit}: data (filled: in the likelihood; open: the transient before "
             "min_compute and held-out points after fit_until), posterior median curve (solid in the fit "
             "window, dotted beyond) and the 90% predictive band of a new evaluation." + more,
-            _plots._png_bytes(fig, dpi=_DPI),
+            _plots.png_bytes(fig, dpi=_DPI),
         )
     )
     forest_runs = names[:_MAX_FOREST_RUNS]
@@ -357,7 +367,7 @@ def _figures(fit: _Fit) -> list[_Figure]:
             + (", grouped by recipe" if group_by else "")
             + ". Runs marked † did not converge." * bool(fit.not_converged)
             + fmore,
-            _plots._png_bytes(fig, dpi=_DPI),
+            _plots.png_bytes(fig, dpi=_DPI),
         )
     )
     fig = _plots.plot_linearised(res, group_by=group_by, max_compute=max_compute, max_panels=_MAX_PANELS)
@@ -369,7 +379,7 @@ def _figures(fit: _Fit) -> list[_Figure]:
             "log((R - R0) / (A - R)) against compute on a log axis, with A at each run's posterior median: "
             "the sigmoid becomes a line of slope B that crosses zero at C_mid. Points curving away from the "
             "line show where the sigmoid does not describe the run." + more,
-            _plots._png_bytes(fig, dpi=_DPI),
+            _plots.png_bytes(fig, dpi=_DPI),
         )
     )
     return out
@@ -636,10 +646,11 @@ def write_report(fitdir: str | os.PathLike, *, out: str | os.PathLike | None = N
     Parameters
     ----------
     fitdir : path
-        A folder written by ``bayes-scalerl fit`` (or the CLI's output writer): it needs
-        ``posterior.nc``; ``summary.csv`` and ``diagnostics.csv`` are read when present
-        (recomputed otherwise), ``predictions.csv`` adds predictions at unobserved budgets and
-        ``comparisons.csv`` (``a, b, param, diff_mean, diff_q05, diff_q95, p_a_greater,
+        A folder written by ``bayes-scalerl fit`` or :func:`~bayes_scalerl.write_fit_folder`:
+        it needs ``posterior.nc``; ``summary.csv`` and ``diagnostics.csv`` are read when
+        present (recomputed otherwise; an independent fit's identifiability columns are
+        added when ``diagnostics.csv`` lacks them), ``predictions.csv`` adds predictions at
+        unobserved budgets and ``comparisons.csv`` (``a, b, param, diff_mean, diff_q05, diff_q95, p_a_greater,
         p_in_rope, verdict``, ...) a comparisons table; a hierarchical fit's ``recipes.csv``
         and ``sampler.csv`` add recipe-level and per-variable tables. Every column of
         ``diagnostics.csv``, ``comparisons.csv`` and ``sampler.csv`` is shown.
@@ -668,7 +679,11 @@ def write_report(fitdir: str | os.PathLike, *, out: str | os.PathLike | None = N
     >>> paths["html"]                    # doctest: +SKIP
     PosixPath('fit-out/report.html')
     """
-    fitdir = Path(fitdir)
+    with runtime.x64():
+        return _write_report(Path(fitdir), out)
+
+
+def _write_report(fitdir: Path, out: str | os.PathLike | None) -> dict[str, Path]:
     out = Path(out) if out is not None else fitdir
     fit = _load(fitdir)
     figures = _figures(fit)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,8 @@ import pandas as pd
 import xarray as xr
 
 from .curve import scalerl_curve
-from .diagnostics import run_diagnostics
+from .diagnostics import convergence, run_diagnostics
+from .models.discrepancy import discrepancy_shape
 
 __all__ = ["FitResult", "QUANTILES"]
 
@@ -41,6 +41,7 @@ class FitResult:
     """
 
     dt: xr.DataTree
+    _diagnostics_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -54,68 +55,111 @@ class FitResult:
         return json.loads(self.dt.attrs["bayes_scalerl_settings"])
 
     @property
+    def model(self):
+        """The model the fit sampled (a :class:`~bayes_scalerl.models.base.BatchedModel`)."""
+        from .models import model_from_spec
+
+        settings = self.settings
+        spec = settings.get("model_spec") or {"model": "sigmoid", "priors": settings.get("priors") or {}}
+        return model_from_spec(spec)
+
+    @property
     def var_names(self) -> list[str]:
-        """Posterior variables, in the order summaries list them."""
-        names = ["A", "B", "C_mid", "sigma"]
-        for extra in ("R0", "rho"):
-            if extra in self.dt["posterior"].data_vars:
-                names.append(extra)
-        return names
+        """Posterior variables of the runs, in the order summaries list them."""
+        return list(self.model.var_names)
 
     def draws(self, name: str) -> np.ndarray:
         """Draws of a posterior variable as an array of shape ``(run, chain * draw)``."""
         x = self.dt["posterior"][name].values  # chain, draw, run
         return np.moveaxis(x, -1, 0).reshape(x.shape[-1], -1)
 
+    def _delta(self, idx) -> np.ndarray | None:
+        """Draws of the ceiling offset of the calibrated discrepancy (run, sample), if any."""
+        if "delta" not in self.dt["posterior"].data_vars:
+            return None
+        return self.draws("delta")[idx]
+
     def _R0_draws(self) -> np.ndarray:
         if "R0" in self.dt["posterior"].data_vars:
             return self.draws("R0")
         r0 = self.dt["constant_data"]["R0_obs"].values
-        return np.broadcast_to(r0[:, None], self.draws("A").shape)
+        return np.broadcast_to(r0[:, None], self.draws("sigma").shape)
 
     # ------------------------------------------------------------------ tables
+    def _convergence(self, names: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+        """R-hat, bulk and tail ESS of each variable in ``names``, computed once per result.
+
+        The DataTree does not change after the fit, so the values are kept on the object
+        (and dropped if ``dt`` is replaced).
+        """
+        cache = self._diagnostics_cache
+        if cache.get("dt") is not self.dt:
+            cache.clear()
+            cache.update(dt=self.dt, vars={})
+        done = cache["vars"]
+        post = self.dt["posterior"]
+        for name in names:
+            if name not in done:
+                done[name] = convergence(post[name].transpose("chain", "draw", ...).values)
+        return {name: done[name] for name in names}
+
     def summary(self, *, var_names: Sequence[str] | None = None) -> pd.DataFrame:
         """Posterior summary, one row per run and parameter.
 
         Returns
         -------
         pandas.DataFrame
-            Columns ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``.
+            Columns ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``; R-hat and bulk
+            ESS as :func:`bayes_scalerl.diagnostics.convergence` (ArviZ's definitions).
         """
-        import arviz_stats as azs
-
         names = list(var_names) if var_names is not None else self.var_names
-        post = self.dt["posterior"].to_dataset()
-        rhat = azs.rhat(post, var_names=names)
-        ess = azs.ess(post, var_names=names, method="bulk")
-        rows = []
+        conv = self._convergence(names)
+        runs = np.array(self.run_names, dtype=object)
+        parts = []
         for name in names:
             d = self.draws(name)
             q = np.quantile(d, [0.05, 0.5, 0.95], axis=1)
-            for i, run in enumerate(self.run_names):
-                rows.append(
-                    (
-                        run,
-                        name,
-                        d[i].mean(),
-                        d[i].std(ddof=1),
-                        q[0, i],
-                        q[1, i],
-                        q[2, i],
-                        float(rhat[name].values[i]),
-                        float(ess[name].values[i]),
-                    )
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "run": runs,
+                        "param": name,
+                        "mean": d.mean(axis=1),
+                        "sd": d.std(axis=1, ddof=1),
+                        "q05": q[0],
+                        "q50": q[1],
+                        "q95": q[2],
+                        "r_hat": np.asarray(conv[name]["r_hat"], float),
+                        "ess_bulk": np.asarray(conv[name]["ess_bulk"], float),
+                    }
                 )
+            )
         cols = ["run", "param", "mean", "sd", "q05", "q50", "q95", "r_hat", "ess_bulk"]
-        return pd.DataFrame(rows, columns=cols)
+        if not parts:
+            return pd.DataFrame(columns=cols)
+        return pd.concat(parts, ignore_index=True)[cols]
 
     def diagnostics(self) -> pd.DataFrame:
-        """Per-run diagnostics (see :func:`bayes_scalerl.diagnostics.run_diagnostics`)."""
-        return run_diagnostics(self.dt, self.var_names)
+        """Per-run diagnostics (see :func:`bayes_scalerl.diagnostics.run_diagnostics`).
+
+        Computed once per result; each call returns a copy.
+        """
+        cache = self._diagnostics_cache
+        names = self.var_names
+        conv = self._convergence(names)  # resets the cache if dt was replaced
+        if "table" not in cache:
+            cache["table"] = run_diagnostics(self.dt, names, convergence_by_var=conv)
+        return cache["table"].copy()
 
     # ------------------------------------------------------------------ prediction
     def predict_draws(
-        self, compute, *, kind: str = "observation", seed: int = 0, runs: Sequence[str] | None = None
+        self,
+        compute,
+        *,
+        kind: str = "observation",
+        seed: int = 0,
+        runs: Sequence[str] | None = None,
+        discrepancy: bool = True,
     ) -> np.ndarray:
         """Posterior (predictive) draws at ``compute``.
 
@@ -133,6 +177,10 @@ class FitResult:
             Seed of the observation noise.
         runs : sequence of str, optional
             Restrict to these runs.
+        discrepancy : bool
+            Add the calibrated discrepancy beyond each run's last fitted compute (when
+            the fit has one; see :mod:`bayes_scalerl.models.discrepancy`). ``False``
+            gives the exact sigmoid's predictive (the model of version 0.1).
 
         Returns
         -------
@@ -149,12 +197,24 @@ class FitResult:
             idx = np.array([lookup[r] for r in runs], dtype=int)
         c = np.asarray(compute, float)
         c = np.broadcast_to(c, (len(idx), c.shape[-1])) if c.ndim == 1 else c
-        A, B, C = (self.draws(n)[idx] for n in ("A", "B", "C_mid"))
-        R0 = self._R0_draws()[idx]
-        mu = scalerl_curve(c[:, None, :], A[..., None], B[..., None], C[..., None], R0[..., None])
+        model = self.model
+        params = {n: self.draws(n)[idx][..., None] for n in model.var_names}
+        cd = self.dt["constant_data"]
+        R0 = self._R0_draws()[idx][..., None]
+        c_ref = cd["C_ref"].values[idx][:, None, None] if "C_ref" in cd else None
+        delta = self._delta(idx)
+        if delta is not None:  # the curve is the sigmoid's, plus the discrepancy
+            params["A"] = params["A"] - delta[..., None]
+        mu = model.mean(c[:, None, :], params, R0, c_ref)
+        if delta is not None and discrepancy:
+            level = self.draws("delta_level")[idx][..., None]
+            horizon = float(self.settings["discrepancy"]["horizon"])
+            h = np.log(np.maximum(c, 1e-300) / cd["C_ref"].values[idx][:, None])
+            grow = discrepancy_shape(h, horizon)[:, None, :]
+            mu = mu + np.where(c[:, None, :] > 0, level + (delta[..., None] - level) * grow, 0.0)
         if kind == "curve":
             return mu
-        sigma = self.draws("sigma")[idx][..., None]
+        sigma = params["sigma"]
         rng = np.random.default_rng(seed)
         priors = self.settings.get("priors") or {}
         likelihood = priors.get("likelihood", "gaussian")
@@ -193,6 +253,8 @@ class FitResult:
             [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
         )
         A, B, C = (self.draws(n)[idx] for n in ("A", "B", "C_mid"))
+        delta = self._delta(idx)
+        A = A if delta is None else A - delta
         mu_last = scalerl_curve(c_last[:, None], A, B, C, self._R0_draws()[idx])  # run, sample
         e_last = (y_last[:, None] - mu_last)[..., None]
         k = (c - c_last[:, None]) / spacing[:, None]  # run, q
@@ -262,16 +324,11 @@ class FitResult:
     # ------------------------------------------------------------------ I/O
     def save(self, path: str | os.PathLike) -> Path:
         """Write the DataTree to netCDF atomically (a temporary file, then a rename)."""
+        from .io import atomic_file
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_file(path) as tmp:
             self.dt.to_netcdf(tmp, engine="h5netcdf")
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
         return path
 
     @classmethod

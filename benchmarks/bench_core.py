@@ -29,7 +29,8 @@ import numpy as np
 from scipy.optimize import curve_fit
 
 import bayes_scalerl as bs
-from bayes_scalerl import inference
+from bayes_scalerl import engine
+from bayes_scalerl.engine import driver
 
 _SECS: collections.Counter = collections.Counter()
 _COMPILE_EVENTS = (
@@ -90,7 +91,7 @@ def main() -> None:
     for n in args.runs:
         # a fit of one group of other runs per device compiles the program (on every
         # device) that the timed fit uses
-        group = inference._default_group_size(jax.devices()[0].platform, 512)
+        group = driver._default_group_size(jax.devices()[0].platform, 512)
         warm = _data(min(n, group * len(jax.devices())), 1000 + n)
         runs = _data(n, n)
         settings = dict(
@@ -99,11 +100,11 @@ def main() -> None:
         _SECS.clear()
         bs.fit(warm, seed=0, **settings)
         compile_s = sum(_SECS[e] for e in _COMPILE_EVENTS)
-        traces = inference.trace_count()
+        traces = engine.trace_count()
         t0 = time.perf_counter()
         res = bs.fit(runs, seed=1, **settings)
         wall = time.perf_counter() - t0
-        assert inference.trace_count() == traces, "the timed call recompiled"
+        assert engine.trace_count() == traces, "the timed call recompiled"
         d = res.diagnostics()
         row = (
             f"| {n} | batched NUTS | {compile_s:.1f} | {wall:.1f} | {wall / n:.3f} | "

@@ -40,7 +40,8 @@ import jax
 import numpy as np
 
 import bayes_scalerl as bs
-from bayes_scalerl import inference
+from bayes_scalerl import engine, runtime
+from bayes_scalerl.engine import driver
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import _curve_fit_loop  # noqa: E402
@@ -104,7 +105,7 @@ def main() -> None:
     jax.monitoring.register_event_listener(lambda name, **kw: _EVENTS.update([name]))
     jax.monitoring.register_event_duration_secs_listener(lambda name, d, **kw: _SECS.update({name: d}))
     dev = jax.devices()[0]
-    group = args.group_size or inference._default_group_size(dev.platform, args.chunk_size)
+    group = args.group_size or driver._default_group_size(dev.platform, args.chunk_size)
     lines = [
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPU cores, "
         f"JAX devices: {len(jax.devices())} x {dev.platform} ({dev.device_kind}); CPU devices: {n_cpu}",
@@ -112,7 +113,7 @@ def main() -> None:
         f"numpyro {__import__('numpyro').__version__}, bayes_scalerl {bs.__version__}",
         f"NUTS: {args.chains} chains x {args.warmup} warm-up x {args.samples} draws per run; "
         f"chunk size {args.chunk_size}, group size {group}, executor {args.executor}; "
-        f"compilation cache: {inference.compilation_cache_dir()}",
+        f"compilation cache: {runtime.compilation_cache_dir()}",
         f"command: python benchmarks/bench_scale.py {' '.join(sys.argv[1:])}",
         "",
         "| runs | method | compile s | cache hits | wall s (after compile) | s / run | peak RSS MiB "
@@ -145,7 +146,7 @@ def main() -> None:
             bs.fit(_data(m, 1_000_000 + 10 * n + k), seed=0, **settings)
         compile_s = sum(_SECS[e] for e in _COMPILE_EVENTS)
         hits = _EVENTS["/jax/compilation_cache/cache_hits"]
-        traces = inference.trace_count()
+        traces = engine.trace_count()
         tracemalloc.start()
         t0 = time.perf_counter()
         res = bs.fit(runs, seed=1, **settings)
@@ -153,7 +154,7 @@ def main() -> None:
         _, host_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         if args.executor == "local":
-            assert inference.trace_count() == traces, "the timed fit compiled again"
+            assert engine.trace_count() == traces, "the timed fit compiled again"
         d = res.diagnostics()
         ok = ((d.r_hat_max <= 1.01) & (d.divergences == 0)).mean()
         row = (

@@ -7,6 +7,21 @@ import pytest
 
 import bayes_scalerl as bs
 
+
+@pytest.fixture
+def float64():
+    """Run the test in the package's 64-bit mode, as its own entry points run.
+
+    Importing ``bayes_scalerl`` leaves JAX's precision alone (``runtime.x64`` switches
+    float64 on inside the package's calls), so tests that call the model's JAX internals
+    directly ask for this fixture (``pytestmark = pytest.mark.usefixtures("float64")``).
+    """
+    from bayes_scalerl.runtime import x64
+
+    with x64():
+        yield
+
+
 #: Sampler settings of the quick fits in the tests.
 QUICK = dict(chains=4, warmup=300, samples=300)
 

@@ -158,7 +158,7 @@ def test_scores_table(sim_backtest):
     _, _, bt = sim_backtest
     s = bt.scores
     print(s.to_string())
-    assert list(s["method"]) == ["bayes", "ls", "boot"]
+    assert list(s["method"]) == ["bayes", "gaussian", "ls", "boot"]
     assert list(s.columns[:7]) == [
         "method",
         "n_points",
@@ -267,7 +267,7 @@ def test_fit_until_mode_and_nothing_left_to_score():
         "'early'" in n and "no evaluation after" in n for n in bt.notes
     )
     assert (bt.points["compute"] > 3000.0).all()
-    assert list(bt.scores["method"]) == ["bayes", "ls", "boot"]
+    assert list(bt.scores["method"]) == ["bayes", "gaussian", "ls", "boot"]
     # min_compute leaves the early points out of both fits
     cd = bt.fit.dt["constant_data"]
     assert not (cd["in_fit"].values & (cd["compute"].values < 300)).any()

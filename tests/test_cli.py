@@ -27,6 +27,7 @@ def test_demo_writes_every_output(tmp_path, capsys):
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
     need += ["converged", "a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
+    need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
     assert list(d.columns) == need
     # the flag follows its documented rule: contraction >= 0.9 and a 90% width <= 0.10
     rule = (d.a_contraction >= 0.9) & (d.a_width90 <= 0.10)
@@ -112,7 +113,7 @@ def test_hierarchical_fit_then_compare(tmp_path, capsys):
     assert set(rec.recipe) == {"ScaleRL", "LOO-dapo", "LOO-batch"} and (rec.n_runs == 3).all()
     assert {"A_recipe", "A_seed_sd"} <= set(pd.read_csv(out / "sampler.csv").variable)
     capsys.readouterr()
-    code = main(["compare", str(out), "--param", "A,reward", "--budget", "16000", "--target", "0.58"])
+    code = main(["compare", str(out), "--params", "A,reward", "--budget", "16000", "--target", "0.58"])
     assert code == 0
     c = pd.read_csv(out / "comparisons.csv")
     need = ["a", "b", "param", "diff_mean", "diff_q05", "diff_q95", "p_a_greater", "p_in_rope", "verdict"]
@@ -132,13 +133,23 @@ def test_hierarchical_fit_then_compare(tmp_path, capsys):
     )
     one = pd.read_csv(other / "comparisons.csv")
     assert len(one) == 1 and one.rope.item() == 0.05
+    # names the fit does not have are user errors: exit status 2, a message, nothing written
+    capsys.readouterr()
+    for argv, words in (
+        (["--a", "nope"], ["unknown recipe 'nope'", "LOO-dapo"]),
+        (["--a", "ScaleRL", "--b", "ScaleRL"], ["same recipe"]),
+    ):
+        assert main(["compare", str(out), *argv, "--out", str(tmp_path / "none")]) == 2
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), err
+        assert not (tmp_path / "none").exists()
 
 
 def test_compare_refuses_a_folder_without_a_fit(tmp_path, capsys):
     assert main(["compare", str(tmp_path)]) == 2
     assert "posterior.nc" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        main(["compare", str(tmp_path), "--param", "A,Q"])
+        main(["compare", str(tmp_path), "--params", "A,Q"])
     assert exc.value.code == 2
 
 
@@ -201,7 +212,7 @@ def test_backtest_and_identify_commands(tmp_path, capsys):
     assert "CRPS" in capsys.readouterr().out
     ident = tmp_path / "ident"
     args = ["identify", str(tmp_path / "runs.csv"), "--out", str(ident), "--fractions", "0.5,1"]
-    assert main([*args, "--futures", "2", "--no-sensitivity", *SMALL]) == 0
+    assert main([*args, "--n-future", "2", "--no-sensitivity", *SMALL]) == 0
     table = pd.read_csv(ident / "identify.csv")
     assert len(table) == 4 and (ident / "widths.png").stat().st_size > 0
     out = capsys.readouterr().out
@@ -210,3 +221,103 @@ def test_backtest_and_identify_commands(tmp_path, capsys):
     # exactly one way to cut the data
     with pytest.raises(SystemExit):
         main(["backtest", str(tmp_path / "runs.csv"), "--out", str(bt)])
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"bayes-scalerl {bs.__version__}"
+
+
+def test_out_that_is_a_file_exits_2(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    for argv in (
+        ["demo", "--out", str(taken)],
+        ["fit", "x.csv", "--out", str(taken)],
+        ["backtest", "x.csv", "--fraction", "0.5", "--out", str(taken)],
+        ["identify", "x.csv", "--out", str(taken / "sub")],
+        ["report", str(tmp_path), "--out", str(taken)],
+        ["compare", str(tmp_path), "--out", str(taken)],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert "--out" in err and str(taken) in err and ("not a folder" in err or "is a file" in err), err
+    assert taken.read_text() == "a file" and [p.name for p in tmp_path.iterdir()] == ["taken"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["fit", "x.csv", "--out", "o", "--chains", "1"], ["--chains", "at least 2"]),
+        (["backtest", "x.csv", "--out", "o", "--fraction", "1.5"], ["--fraction", "between 0 and 1"]),
+        (["backtest", "x.csv", "--out", "o", "--fit-until", "0"], ["--fit-until", "positive"]),
+        (["identify", "x.csv", "--out", "o", "--fractions", "0.5,2"], ["--fractions", "(0, 1]"]),
+        (["identify", "x.csv", "--out", "o", "--n-future", "-1"], ["--n-future", "non-negative"]),
+        (["compare", "f", "--params", "A,reward"], ["--params reward needs --budget"]),
+        (
+            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--checkpoint-dir", "ck"],
+            ["independent"],
+        ),
+        (["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--executor", "ray"], ["independent"]),
+        (["demo", "--model", "hierarchical", "--likelihood", "student_t"], ["Gaussian likelihood only"]),
+    ],
+)
+def test_bad_options_and_combinations_exit_2(tmp_path, monkeypatch, capsys, argv, words):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_option_names_follow_the_api_with_old_spellings_accepted(capsys):
+    from bayes_scalerl.cli import build_parser
+
+    parser = build_parser()
+    new = parser.parse_args(["fit", "x.csv", "--out", "o", "--checkpoint-dir", "ck"])
+    assert new.checkpoint_dir == "ck" and capsys.readouterr().err == ""
+    old = parser.parse_args(["fit", "x.csv", "--out", "o", "--checkpoint", "ck"])
+    assert (
+        old.checkpoint_dir == "ck"
+        and "--checkpoint is deprecated; use --checkpoint-dir" in capsys.readouterr().err
+    )
+    assert parser.parse_args(["fit", "x.csv", "--out", "o"]).checkpoint_dir is None
+    ident = parser.parse_args(["identify", "x.csv", "--out", "o", "--futures", "3"])
+    assert ident.n_future == 3 and "use --n-future" in capsys.readouterr().err
+    assert parser.parse_args(["identify", "x.csv", "--out", "o"]).n_future == 5
+    cmp = parser.parse_args(["compare", "f", "--param", "A,B"])
+    assert cmp.params == ["A", "B"] and "use --params" in capsys.readouterr().err
+    assert parser.parse_args(["compare", "f"]).params == ["A"]
+    # the old spellings are not advertised
+    fit_help = parser._subparsers._group_actions[0].choices["fit"].format_help()
+    assert "--checkpoint-dir" in fit_help and "--checkpoint DIR" not in fit_help
+
+
+def test_only_user_errors_exit_2_bugs_propagate(tmp_path, monkeypatch, capsys):
+    """A ValueError from inside the package is a bug: traceback and exit 1, not 'invalid input'."""
+    from bayes_scalerl import fitting
+    from bayes_scalerl.engine.checkpoint import CheckpointMismatch
+
+    def buggy_fit(runs, **kw):
+        raise ValueError("internal shape mismatch")
+
+    monkeypatch.setattr(fitting, "fit", buggy_fit)
+    with pytest.raises(ValueError, match="internal shape mismatch"):
+        main(["demo", "--out", str(tmp_path / "o")])
+
+    def refused(runs, **kw):
+        raise CheckpointMismatch("ck: the checkpoint folder holds chunks of another fit")
+
+    monkeypatch.setattr(fitting, "fit", refused)
+    assert main(["demo", "--out", str(tmp_path / "o"), "--checkpoint-dir", str(tmp_path / "ck")]) == 2
+    assert "chunks of another fit" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    # a folder without a fit is the user's mistake
+    assert main(["report", str(tmp_path)]) == 2
+    assert "posterior.nc" in capsys.readouterr().err

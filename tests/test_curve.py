@@ -59,8 +59,9 @@ def test_linearised_slope_is_B(p):
         assert np.isclose(slope, p["B"], rtol=1e-5)
 
 
-def test_numpy_and_jax_agree():
+def test_numpy_and_jax_agree(float64):
     c = np.array([0.0, 10.0, 1e3, 1e5])
     a = gain_fraction(c, 1.7, 2500.0)
     b = np.asarray(gain_fraction(jnp.asarray(c), 1.7, 2500.0))
+    assert b.dtype == np.float64
     np.testing.assert_allclose(a, b, rtol=1e-12)

@@ -13,8 +13,13 @@ import pandas as pd
 import pytest
 
 import bayes_scalerl as bs
+from bayes_scalerl import engine
 from bayes_scalerl import families as fam
 from bayes_scalerl.model import gain_conditional, make_run_data
+from bayes_scalerl.models import families as fam_models
+
+#: These tests call the model's JAX internals directly: run them in float64 (see conftest).
+pytestmark = pytest.mark.usefixtures("float64")
 
 QUICK = dict(chains=4, warmup=300, samples=300)
 GRID = np.concatenate([[0.0], np.linspace(250.0, 12_000.0, 23)])
@@ -107,7 +112,7 @@ def test_gain_marginal_matches_gain_conditional(rng):
         log_B, log_C, sigma = (jnp.asarray(v) for v in (log_B, log_C, sigma))
         ref = gain_conditional(log_B, log_C, sigma, data.R0, data, priors)
         s = jnp.where(data.positive, jax.nn.sigmoid(jnp.exp(log_B) * (data.log_c - log_C)), 0.0)
-        got = fam._gain_marginal(s, data.y, data.mask, data.R0, sigma, 1.0 - data.R0)
+        got = fam_models.gain_marginal(s, data.y, data.mask, data.R0, sigma, 1.0 - data.R0)
         for a, b in zip(got, ref, strict=True):
             np.testing.assert_allclose(float(a), float(b), rtol=1e-12, atol=1e-10)
 
@@ -117,13 +122,13 @@ def test_exponential_coordinates_jacobian():
     a = 8.0
 
     def to_user(z):
-        log_B, x_a, _ = fam._exp_coords(z[0], z[1], a)
+        log_B, x_a, _ = fam_models.exp_coords(z[0], z[1])
         return jnp.stack([log_B, a - x_a * jnp.exp(-log_B)])
 
     for z in [(0.1, -3.0), (-0.5, 0.0), (1.0, 5.0), (-1.0, 20.0)]:
         z = jnp.asarray(z)
         want = np.log(abs(np.linalg.det(np.asarray(jax.jacfwd(to_user)(z)))))
-        np.testing.assert_allclose(float(fam._exp_coords(z[0], z[1], a)[2]), want, rtol=1e-10)
+        np.testing.assert_allclose(float(fam_models.exp_coords(z[0], z[1])[2]), want, rtol=1e-10)
 
 
 def test_unknown_family_is_rejected(power_data):
@@ -149,7 +154,7 @@ def _check_recovery(res, truth, name, tol_abs, n_sd=4.0):
 
 def test_power_recovers_truth(power_data, power_fit):
     _, truth = power_data
-    assert isinstance(power_fit, fam.FamilyFit)
+    assert isinstance(power_fit, bs.FitResult)
     assert power_fit.run_names == list(truth["run"])
     _check_recovery(power_fit, truth, "g", 0.01)
     _check_recovery(power_fit, truth, "b", 0.03)
@@ -176,10 +181,10 @@ def test_exponential_recovers_truth():
 
 def test_same_shape_does_not_recompile(power_fit):
     """A second power data set of the same bucketed shape reuses the compiled sampler."""
-    before = fam.trace_count()
+    before = engine.trace_count()
     runs, _ = simulate_power(7, n=3)  # 3 runs bucket to 4, like the first data set
     res = fam.fit_family(runs, "power", seed=3, **QUICK)
-    assert fam.trace_count() == before
+    assert engine.trace_count() == before
     assert res.dt["posterior"].sizes["run"] == 3
 
 
@@ -208,3 +213,44 @@ def test_power_not_worse_than_sigmoid_on_power_data(power_data):
         se = p.loc["power", "diff_se"] if gap > 0 else 0.0
         assert gap <= 2 * se + 1e-12, g
     assert np.isfinite(df[["crps", "median_abs_error", "se", "p_loo", "pareto_k_max"]].to_numpy()).all()
+
+
+# ---------------------------------------------------------------------- on the shared engine
+_FAM_CHILD = """
+import sys, numpy as np, bayes_scalerl as bs
+res = bs.fit_family(bs.read_runs(sys.argv[1]), "power", seed=0, chains=4, warmup=300, samples=300,
+                    chunk_size=2, n_devices=2, log_likelihood=False)
+np.savez(sys.argv[2], **{k: v.values for k, v in res.dt["posterior"].data_vars.items()})
+"""
+
+
+def test_power_family_resumes_and_runs_on_two_devices(power_data, tmp_path):
+    """The families run on the engine: a resumed fit and a fit on 2 devices draw the same bits."""
+    import os
+    import subprocess
+    import sys
+
+    runs = power_data[0]
+    kw = dict(QUICK, seed=0, chunk_size=2, log_likelihood=False)
+    whole = fam.fit_family(runs, "power", **kw)
+    ckpt = tmp_path / "ckpt"
+    fam.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
+    (ckpt / "chunk-000001.npz").unlink()  # as if killed before the second chunk was written
+    resumed = fam.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
+    path = tmp_path / "power.parquet"
+    runs.table.to_parquet(path)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    out = subprocess.run(
+        [sys.executable, "-c", _FAM_CHILD, str(path), str(tmp_path / "two.npz")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    two = np.load(tmp_path / "two.npz")
+    for name in ("g", "b", "sigma"):
+        want = whole.dt["posterior"][name].values
+        np.testing.assert_array_equal(resumed.dt["posterior"][name].values, want, err_msg=name)
+        np.testing.assert_array_equal(two[name], want, err_msg=name)

@@ -15,6 +15,9 @@ from bayes_scalerl.hierarchical import hierarchy_index
 from bayes_scalerl.model import gain_conditional, make_run_data
 from bayes_scalerl.simulate import random_recipes
 
+#: These tests call the model's JAX internals directly: run them in float64 (see conftest).
+pytestmark = pytest.mark.usefixtures("float64")
+
 GRID = np.arange(0.0, 8000.0 + 1, 250.0)
 
 

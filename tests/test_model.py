@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from bayes_scalerl.model import _truncnorm_draw, constrain, gain_conditional, make_run_data, refresh_sigma
+from bayes_scalerl.model import constrain, gain_conditional, make_run_data, refresh_sigma, truncnorm_draw
 from bayes_scalerl.priors import Priors
+
+#: These tests call the model's JAX internals directly: run them in float64 (see conftest).
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _data(priors):
@@ -61,7 +64,7 @@ def test_log_jacobian_matches_autodiff():
 )
 def test_truncated_normal_draws_follow_scipy(mean, sd, upper):
     n = 20000
-    x = np.asarray(_truncnorm_draw(jax.random.key(1), jnp.full(n, mean), jnp.full(n, sd), jnp.full(n, upper)))
+    x = np.asarray(truncnorm_draw(jax.random.key(1), jnp.full(n, mean), jnp.full(n, sd), jnp.full(n, upper)))
     assert np.all((x >= 0) & (x <= upper))
     dist = stats.truncnorm((0 - mean) / sd, (upper - mean) / sd, loc=mean, scale=sd)
     # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct sampler

@@ -19,6 +19,9 @@ from bayes_scalerl.model import (
     z_index,
 )
 
+#: These tests call the model's JAX internals directly: run them in float64 (see conftest).
+pytestmark = pytest.mark.usefixtures("float64")
+
 C = np.linspace(1000.0, 8000.0, 15)
 
 

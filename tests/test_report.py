@@ -16,7 +16,6 @@ import pytest  # noqa: E402
 
 import bayes_scalerl as bs  # noqa: E402
 from bayes_scalerl import plots  # noqa: E402
-from bayes_scalerl.cli import _write_outputs  # noqa: E402
 from bayes_scalerl.report import write_report  # noqa: E402
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -52,9 +51,9 @@ def _close_figures():
 
 @pytest.fixture(scope="module")
 def demo_report(demo_fit, tmp_path_factory):
-    """The full demo fit (18 runs, 9 recipes) written as the CLI does, with comparisons."""
+    """The full demo fit (18 runs, 9 recipes) written by write_fit_folder, with comparisons."""
     fitdir = tmp_path_factory.mktemp("fit") / "demo-out"
-    _write_outputs(demo_fit, fitdir, [32000.0])
+    bs.write_fit_folder(demo_fit, fitdir, predict=[32000.0])
     COMPARISONS.to_csv(fitdir / "comparisons.csv", index=False)
     paths = write_report(fitdir)
     return fitdir, paths
@@ -67,7 +66,7 @@ def small_fitdir(demo_fit, tmp_path):
     names = ["<b>x&y</b>", "ScaleRL/s1", "LOO-batch/s0", "LOO-batch/s1"]
     res = subset(demo_fit, runs, names)
     fitdir = tmp_path / "small"
-    _write_outputs(res, fitdir, [])
+    bs.write_fit_folder(res, fitdir)
     diag = pd.read_csv(fitdir / "diagnostics.csv")
     diag["converged"] = [True, True, False, True]
     diag["A_identified"] = [True, False, True, True]  # a column the report does not know
@@ -211,7 +210,7 @@ def test_recipe_level_from_posterior(demo_fit, tmp_path):
     dt = res.dt.copy()
     dt["posterior"] = post
     fitdir = tmp_path / "hier"
-    _write_outputs(bs.FitResult(dt), fitdir, [])
+    bs.write_fit_folder(bs.FitResult(dt), fitdir)
     text = write_report(fitdir)["html"].read_text(encoding="utf-8")
     assert "<h3>Recipe level</h3>" in text
     assert "<th>A_recipe median [90%]</th>" in text and "<th>B_recipe median [90%]</th>" in text
@@ -262,3 +261,20 @@ def test_out_folder_and_missing_posterior(small_fitdir, tmp_path):
     (small_fitdir / "posterior.nc").unlink()
     with pytest.raises(FileNotFoundError, match="posterior.nc"):
         write_report(small_fitdir)
+
+
+def test_identifiability_columns_without_diagnostics_csv(small_fitdir):
+    """A folder without diagnostics.csv, or with one lacking the columns, still gets them."""
+    from bayes_scalerl.outputs import IDENTIFIABILITY_COLUMNS
+
+    diag = pd.read_csv(small_fitdir / "diagnostics.csv")
+    diag.drop(columns=list(IDENTIFIABILITY_COLUMNS)).to_csv(small_fitdir / "diagnostics.csv", index=False)
+    text = write_report(small_fitdir)["html"].read_text(encoding="utf-8")
+    for col in IDENTIFIABILITY_COLUMNS:
+        assert f"<th>{col}</th>" in text
+    assert "no identifiability columns" in text
+    (small_fitdir / "diagnostics.csv").unlink()
+    text = write_report(small_fitdir)["html"].read_text(encoding="utf-8")
+    for col in IDENTIFIABILITY_COLUMNS:
+        assert f"<th>{col}</th>" in text
+    assert "diagnostics.csv missing" in text

@@ -10,7 +10,8 @@ def test_datatree_layout(demo_fit):
     for g in ("posterior", "sample_stats", "observed_data", "constant_data", "log_likelihood"):
         assert g in dt.children, g
     post = dt["posterior"]
-    assert set(post.data_vars) == {"A", "B", "C_mid", "sigma"}
+    # delta: the calibrated discrepancy's ceiling offset (A includes it); delta_level: its level offset
+    assert set(post.data_vars) == {"A", "B", "C_mid", "sigma", "delta", "delta_level"}
     assert post["A"].dims == ("chain", "draw", "run")
     assert list(post["run"].values) == demo_fit.run_names
     assert dt["constant_data"]["recipe"].values[0] == "ScaleRL"

@@ -6,7 +6,8 @@ import pytest
 from scipy.special import logsumexp
 
 import bayes_scalerl as bs
-from bayes_scalerl import inference
+from bayes_scalerl import engine
+from bayes_scalerl.engine import driver
 from tests.conftest import QUICK
 
 
@@ -66,7 +67,8 @@ def _quantiles(x, p, qs):
 def test_nuts_matches_brute_force_grid():
     truth, df = _three_runs(3)
     runs = bs.Runs.from_frame(df)
-    res = bs.fit(runs, min_compute=1500, seed=2, chains=4, warmup=500, samples=1000)
+    # the sampler alone: the exact sigmoid posterior, without the calibrated discrepancy
+    res = bs.fit(runs, min_compute=1500, seed=2, chains=4, warmup=500, samples=1000, discrepancy=False)
     w = runs.window(min_compute=1500)
     priors = bs.Priors()
     summ = res.summary()
@@ -93,9 +95,9 @@ def test_second_data_set_of_same_shape_does_not_recompile():
     truth, df1 = _three_runs(10)
     _, df2 = _three_runs(11)
     bs.fit(df1, min_compute=1500, seed=0, **QUICK)
-    before = inference.trace_count()
+    before = engine.trace_count()
     res = bs.fit(df2, min_compute=1500, seed=1, **QUICK)
-    assert inference.trace_count() == before
+    assert engine.trace_count() == before
     assert res.dt["posterior"]["A"].shape == (4, 300, 3)
 
 
@@ -133,18 +135,18 @@ def test_bad_kernel_settings_name_the_setting(bad, match):
     import jax
 
     with pytest.raises(ValueError, match=match):
-        inference.sample_window(jax.random.key(0), w, bs.Priors(), inference.SamplerConfig(**bad))
+        engine.sample_window(jax.random.key(0), w, bs.Priors(), engine.SamplerConfig(**bad))
 
 
 @pytest.mark.parametrize("n, devices", [(1, 1), (3, 1), (17, 1), (100, 1), (3, 2), (100, 2), (600, 4)])
 def test_layout_covers_runs_in_whole_groups(n, devices):
-    size, gsize, used = inference._layout(min(n, 512), 512, 16, devices)
+    size, gsize, used = driver._layout(min(n, 512), 512, 16, devices)
     assert size >= min(n, 512)
     assert size % (gsize * used) == 0
     assert used <= devices and gsize == min(16, 1 << max(2, (min(n, 512) - 1).bit_length()))
 
 
-def test_plain_numpyro_model_agrees_with_the_marginalised_sampler():
+def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64):
     """The textbook NumPyro model (A sampled directly) on a well-identified run."""
     import jax
     from numpyro.infer import MCMC, NUTS
@@ -164,7 +166,7 @@ def test_plain_numpyro_model_agrees_with_the_marginalised_sampler():
     )
     mcmc.run(jax.random.key(0), c, y, R0=float(w.R0[0]), c_ref=float(w.c_ref[0]))
     plain = np.asarray(mcmc.get_samples()["A"])
-    ours = bs.fit(runs, min_compute=1500, seed=0, **QUICK).draws("A")[0]
+    ours = bs.fit(runs, min_compute=1500, seed=0, discrepancy=False, **QUICK).draws("A")[0]
     # both target the same posterior; the medians differ by Monte Carlo error only
     # (sd / sqrt(ESS) with ESS >= 200 each): allow 4 combined errors
     tol = 4 * np.std(ours) * np.sqrt(1 / 200 + 1 / 200)
@@ -191,19 +193,19 @@ def test_lane_queue_matches_numpyros_own_nuts_kernel():
 
     truth, df = _three_runs(4)
     w = bs.Runs.from_frame(df).window(min_compute=1500)
-    cfg = inference.SamplerConfig(4, 500, 1000)
+    cfg = engine.SamplerConfig(4, 500, 1000)
     key = jax.random.key(5)
-    queue = inference.sample_window(key, w, bs.Priors(), cfg, progress=False)
-    lock = inference.sample_window(key, w, bs.Priors(), cfg._replace(kernel="lockstep"), progress=False)
+    queue = engine.sample_window(key, w, bs.Priors(), cfg, progress=False)
+    lock = engine.sample_window(key, w, bs.Priors(), cfg._replace(kernel="lockstep"), progress=False)
     for d in (queue, lock):
-        assert not d.diverging.any()
+        assert not d["diverging"].any()
         # dual averaging targets the mean acceptance (0.9); the draws use its averaged
         # step size, which is smaller than the last iterates, so they accept a little more
-        print(f"mean acceptance {d.accept_prob.mean():.3f}")
-        assert cfg.target_accept - 0.02 < d.accept_prob.mean() < cfg.target_accept + 0.08
+        print(f"mean acceptance {d['accept_prob'].mean():.3f}")
+        assert cfg.target_accept - 0.02 < d["accept_prob"].mean() < cfg.target_accept + 0.08
     for i in range(3):
         for name in ("A", "B", "C_mid", "sigma"):
-            a, b = getattr(queue, name)[i], getattr(lock, name)[i]
+            a, b = queue[name][i], lock[name][i]
             if name == "C_mid":
                 a, b = np.log(a), np.log(b)
             for q in (0.05, 0.5, 0.95):
@@ -225,13 +227,13 @@ def test_a_runs_draws_do_not_depend_on_its_group_or_the_lanes():
     rng = np.random.default_rng(5)
     truth = bs.random_truth(rng, 6)
     runs = bs.Runs.from_frame(bs.simulate_runs(truth, np.linspace(0.0, 16000.0, 21), rng))
-    cfg = inference.SamplerConfig(4, 60, 30)
+    cfg = engine.SamplerConfig(4, 60, 30)
     key = jax.random.key(3)
 
     def draws(names, **kw):
         w = runs.subset(names).window(min_compute=1500)
         config = cfg._replace(lanes=kw.pop("lanes", None))
-        return inference.sample_window(key, w, bs.Priors(), config, progress=False, **kw)
+        return engine.sample_window(key, w, bs.Priors(), config, progress=False, **kw)
 
     full = draws(runs.names)
     for other in (
@@ -239,10 +241,10 @@ def test_a_runs_draws_do_not_depend_on_its_group_or_the_lanes():
         draws(runs.names, group_size=8),
         draws(runs.names, lanes=8),  # fewer lanes than chains: chains queue for lanes
     ):
-        n = other.B.shape[0]
-        np.testing.assert_array_equal(other.B, full.B[:n])
-        np.testing.assert_array_equal(other.A, full.A[:n])
-        np.testing.assert_array_equal(other.num_steps, full.num_steps[:n])
+        n = other["B"].shape[0]
+        np.testing.assert_array_equal(other["B"], full["B"][:n])
+        np.testing.assert_array_equal(other["A"], full["A"][:n])
+        np.testing.assert_array_equal(other["num_steps"], full["num_steps"][:n])
 
 
 def test_the_samplers_threefry_is_jaxs_bit_for_bit():
@@ -261,7 +263,7 @@ def test_the_samplers_threefry_is_jaxs_bit_for_bit():
         np.testing.assert_array_equal(ours[:, i], theirs)
 
 
-def test_the_samplers_momentum_normals_are_standard_normal():
+def test_the_samplers_momentum_normals_are_standard_normal(float64):
     """Normals made from the hash's words: mean, variance and a KS test on 20,000 draws.
 
     With 20,000 independent N(0, 1) draws the mean has sd 0.0071 and the variance

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from ..io import atomic_file
 
 __all__ = ["ChunkStore", "CheckpointMismatch"]
 
@@ -33,17 +34,11 @@ class CheckpointMismatch(ValueError):
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Write ``path`` through a temporary file in its folder and :func:`os.replace`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``path`` through a temporary file in its folder and :func:`os.replace` (umask honoured)."""
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class ChunkStore:

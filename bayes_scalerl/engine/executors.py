@@ -1,8 +1,8 @@
 """Where the chunks of a batched fit run: this process's devices, or Ray tasks.
 
-An executor takes :class:`~bayes_scalerl.inference.ChunkJob` s (one chunk of runs laid
+An executor takes :class:`~bayes_scalerl.engine.driver.ChunkJob` s (one chunk of runs laid
 out in groups) and yields each chunk's draws as NumPy arrays. Every executor runs the
-same compiled group program (:func:`bayes_scalerl.inference._compiled_sampler`), so the
+same compiled group program (:func:`bayes_scalerl.engine.program.compiled_program`), so the
 draws do not depend on which one ran them:
 
 - :class:`LocalExecutor` dispatches the groups of a chunk round-robin to the local
@@ -12,7 +12,7 @@ draws do not depend on which one ran them:
 - :class:`RayExecutor` hands each chunk to a Ray task (``ray.remote``) that runs it
   with a :class:`LocalExecutor` on the worker's devices.
 
-An object with the same ``map(jobs, priors, config, impl)`` method and ``platform`` and
+An object with the same ``map(jobs, model, config, impl)`` method and ``platform`` and
 ``n_devices`` attributes can stand in for either.
 """
 
@@ -27,7 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .priors import Priors
+from .. import runtime
+from .program import compiled_program
 
 __all__ = ["LocalExecutor", "RayExecutor", "resolve_executor", "run_chunk"]
 
@@ -89,7 +90,8 @@ class LocalExecutor:
         first = _group(job.inputs, 0)
 
         def compile_on(dev):
-            program.lower(jax.device_put(job.key_data, dev), jax.device_put(first, dev)).compile()
+            with runtime.x64():  # x64 is thread-local: each compiling thread sets it
+                program.lower(jax.device_put(job.key_data, dev), jax.device_put(first, dev)).compile()
             return dev
 
         if len(todo) == 1:
@@ -101,16 +103,15 @@ class LocalExecutor:
         self._compiled.update((key, d) for d in todo)
 
     def map(
-        self, jobs: Iterable, priors: Priors, config: Any, impl: str
+        self, jobs: Iterable, model: Any, config: Any, impl: str
     ) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
         """Run every job; yield ``(job, draws)`` in job order, draws as NumPy arrays.
 
-        ``draws`` maps each field of :class:`~bayes_scalerl.inference.Draws` the program
-        returns to an array of shape (run, chain, draw[, dim]) over the chunk's real runs.
+        ``draws`` maps each array the group program returns (the model's variables and
+        the sampler statistics) to an array of shape (run, chain, draw) over the chunk's
+        real runs.
         """
-        from .inference import _compiled_sampler
-
-        program = _compiled_sampler(priors, config, impl)
+        program = compiled_program(model, config, impl)
         devices = self.devices
         queue: deque = deque()
         turn = 0
@@ -147,9 +148,11 @@ def _collect(pending: list[dict], n_real: int) -> dict[str, np.ndarray]:
     return out
 
 
-def run_chunk(job, priors: Priors, config: Any, impl: str, n_devices: int | None = None) -> dict:
+@runtime.x64
+def run_chunk(job, model: Any, config: Any, impl: str, n_devices: int | None = None) -> dict:
     """Run one chunk on this process's devices and return its draws (the Ray task body)."""
-    ((_, out),) = LocalExecutor(n_devices, chunks_in_flight=1).map([job], priors, config, impl)
+    runtime.ensure_compilation_cache()
+    ((_, out),) = LocalExecutor(n_devices, chunks_in_flight=1).map([job], model, config, impl)
     return out
 
 
@@ -195,7 +198,7 @@ class RayExecutor:
         return "gpu" if self.options.get("num_gpus") else "cpu"
 
     def map(
-        self, jobs: Iterable, priors: Priors, config: Any, impl: str
+        self, jobs: Iterable, model: Any, config: Any, impl: str
     ) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
         """Submit every job as a Ray task; yield ``(job, draws)`` as tasks finish."""
         try:
@@ -224,7 +227,7 @@ class RayExecutor:
         for job in jobs:
             while len(pending) >= limit:
                 yield collect_one()
-            pending[task.remote(job, priors, config, impl)] = job
+            pending[task.remote(job, model, config, impl)] = job
         while pending:
             yield collect_one()
 

@@ -1,0 +1,148 @@
+"""Leave-future-out refits that calibrate the discrepancy beyond the data.
+
+See :mod:`bayes_scalerl.models.discrepancy` for the model. :func:`calibrate` refits every
+run on its points up to ``c_last / ratio`` with the same engine and sampler settings (one
+batched fit, padded to the main fit's width so that it reuses the compiled program),
+scores the refit's predictive mean at the run's later fitted points, pools the excess
+errors into each run's discrepancy scale and draws the ceiling offsets ``Delta``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from .data import MIN_POINTS, Runs, in_likelihood
+from .engine import sample_window
+from .models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
+
+__all__ = ["Calibration", "calibrate"]
+
+
+class Calibration(NamedTuple):
+    """The calibrated discrepancy of every run.
+
+    Attributes
+    ----------
+    omega, tau : ndarray, shape (run,)
+        Root mean square of the run's level-offset sd and of its deviation's slope
+        (reward per unit of log compute) under its posterior.
+    own : ndarray of bool, shape (run,)
+        Whether the run had its own leave-future-out estimate (else the batch's scale).
+    level, delta : ndarray, shape (run, chain, draw)
+        Draws of the level offset ``Delta_0`` and of the whole ceiling offset
+        ``Delta_0 + Delta``.
+    """
+
+    omega: np.ndarray
+    tau: np.ndarray
+    own: np.ndarray
+    level: np.ndarray
+    delta: np.ndarray
+
+
+def _inner_split(runs: Runs, c_last: np.ndarray, ratio: float, min_compute, R0_fitted: bool):
+    """Table of every run's points up to ``c_last / ratio`` and its later fitted points.
+
+    Returns ``(inner_runs, held, rows)``: the refit's runs, the held-out rows (run,
+    compute, reward, n_eval, cut) and the index of each refitted run in ``runs``.
+    """
+    table = runs.table
+    cut = dict(zip(runs.names, c_last / ratio, strict=True))
+    last = dict(zip(runs.names, c_last, strict=True))
+    c = table["compute"].to_numpy(float)
+    cut_col = table["run"].map(cut).to_numpy(float)
+    last_col = table["run"].map(last).to_numpy(float)
+    fitted = in_likelihood(c, min_compute=min_compute, R0_fitted=R0_fitted) & (c <= last_col)
+    before = c <= cut_col
+    df = table.assign(_fit=fitted, _before=before, _cut=cut_col)
+    ok = []
+    for name, g in df.groupby("run", sort=False):
+        if int((g["_fit"] & g["_before"]).sum()) >= MIN_POINTS + 1 and bool(
+            (g["_fit"] & ~g["_before"]).any()
+        ):
+            ok.append(name)
+    keep = df["run"].isin(ok)
+    inner = df[keep & df["_before"]].drop(columns=["_fit", "_before", "_cut"]).reset_index(drop=True)
+    held = df[keep & df["_fit"] & ~df["_before"]].reset_index(drop=True)
+    rows = np.array([runs.names.index(n) for n in ok], dtype=int)
+    return dataclasses.replace(runs, table=inner), held, rows
+
+
+def calibrate(
+    runs: Runs,
+    window,
+    model,
+    config,
+    *,
+    seed: int,
+    settings: Discrepancy,
+    min_compute: float | None,
+    shape: tuple[int, int],
+    sample_kwargs: dict[str, Any],
+) -> Calibration:
+    """Refit, score and pool (see the module docstring).
+
+    Parameters
+    ----------
+    runs : Runs
+        The runs of the main fit (already cut at ``fit_until``).
+    window : FitWindow
+        The main fit's window (its ``c_ref`` is each run's last fitted compute).
+    model : SigmoidModel
+    config : SamplerConfig
+        The main fit's sampler settings (the refit uses them too).
+    seed : int
+        The main fit's seed; the refit and the offsets use streams of their own.
+    settings : Discrepancy
+    min_compute : float or None
+    shape : (int, int)
+        (chains, draws) of the main fit.
+    sample_kwargs : dict
+        Engine options of the main fit (chunk size, devices, executor, ...).
+    """
+    n_runs = window.R0.shape[0]
+    priors = model.priors
+    inner_runs, held, rows = _inner_split(runs, window.c_ref, settings.ratio, min_compute, priors.R0_fitted)
+    err_all = np.zeros(0)
+    var_all = np.zeros(0)
+    shape2 = np.zeros(0)
+    run_of = np.zeros(0, int)
+    if rows.size:
+        iw = inner_runs.window(
+            min_compute=min_compute, R0_fitted=priors.R0_fitted, pad_points=window.reward.shape[1]
+        )
+        key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
+        draws = sample_window(key, iw, model, config, **sample_kwargs)
+        names = inner_runs.names
+        sizes = held.groupby("run", sort=False).size().reindex(names).to_numpy()
+        width = int(sizes.max())
+        valid = np.arange(width)[None, :] < sizes[:, None]
+        grid = np.ones((len(names), width))
+        grid[valid] = held["compute"].to_numpy(float)
+        params = {k: draws[k].reshape(len(names), -1)[..., None] for k in model.var_names}
+        R0 = params.get("R0", iw.R0[:, None, None])
+        mu = model.mean(grid[:, None, :], params, R0, None)  # run, sample, q
+        var = mu.var(axis=1) + np.mean(params["sigma"] ** 2, axis=1)
+        if priors.likelihood == "binomial" and "n_eval" in held.columns:
+            from .model import binomial_variance
+
+            nv = np.ones_like(grid)
+            nv[valid] = held["n_eval"].to_numpy(float)
+            var = var + binomial_variance(np.clip(mu.mean(axis=1), 0, 1), nv)
+        err = np.zeros_like(grid)
+        err[valid] = held["reward"].to_numpy(float)
+        err = err - mu.mean(axis=1)
+        h = np.log(grid / held.groupby("run", sort=False)["_cut"].first().reindex(names).to_numpy()[:, None])
+        s = (settings.horizon * discrepancy_shape(h, settings.horizon)) ** 2
+        err_all, var_all = err[valid], var[valid]
+        shape2 = s[valid]
+        run_of = np.repeat(rows, sizes)
+    post, own = scale_posteriors(err_all, var_all, shape2, run_of, n_runs, settings)
+    rng = np.random.default_rng([seed, 0x5CA1AB1E])
+    level, dev = draw_offsets(rng, post, (n_runs,) + tuple(shape), settings.horizon)
+    omega, tau = scale_summary(post)
+    return Calibration(omega, tau, own, level, level + dev)

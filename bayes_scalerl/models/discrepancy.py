@@ -1,0 +1,176 @@
+"""Model discrepancy beyond the data, calibrated by leave-future-out refits.
+
+Real training curves are only roughly sigmoids: they creep after the "plateau", rise a
+second time, drift down late. Under an exact sigmoid with independent noise every
+residual counts as fresh evidence, so the band shrinks like ``1/sqrt(n)`` while the error
+of the curve's *shape* does not (Kennedy and O'Hagan 2001; Brynjarsdottir and O'Hagan
+2014). The calibrated predictive adds to the sigmoid, beyond each run's last fitted
+compute ``c_last``, a discrepancy
+
+    delta(C) = Delta_0 + Delta * (1 - exp(-h / lam)),    h = log(C / c_last) >= 0,
+
+a level offset ``Delta_0`` (the curve's level is less certain than independent noise
+says when neighbouring evaluations share luck) and a deviation ``Delta`` that grows like
+``Delta h / lam`` just beyond the data and levels off on the scale of ``lam`` in log
+compute (default ``log 10``: a decade). The level offset applies to the whole curve (not
+to compute 0, which sets ``R0``); the deviation only beyond the data. The ceiling the run
+approaches is ``A = A_sigmoid + Delta_0 + Delta``.
+
+The scales are learnt from the data themselves, by leave-future-out (Buerkner, Gabry and
+Vehtari 2020): each run is refitted on its points up to ``c_last / ratio`` (default ratio
+2, so the refit extrapolates 2x inside the data), and the errors ``e`` of that refit's
+predictive mean at the run's later points, against the predictive variance ``v`` the
+model gives them, are scored on a grid of ``(omega, tau)``, the sds of ``Delta_0`` and of
+the deviation's slope (``Delta``'s sd is ``lam tau``):
+``e ~ Normal(0, v + omega^2 + (lam s(h) tau)^2)``. A run's points share one realised
+deviation, so each run's log-likelihood is its points' mean (``run_weight`` runs' worth of
+evidence). The batch's distribution over the grid is estimated by maximum likelihood (the
+nonparametric mixing distribution of Kiefer and Wolfowitz, by EM), with ``prior_weight``
+pseudo-runs of a prior centred on ``prior_scale``; each run's ``(omega, tau)`` is then
+drawn from its posterior on the grid, that distribution as its prior, so the offsets are
+scale mixtures of normals (heavier-tailed where the batch's runs differ). A run whose data
+are too short for the refit draws from the batch's distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "Discrepancy",
+    "SCALE_GRID",
+    "discrepancy_shape",
+    "draw_offsets",
+    "scale_posteriors",
+    "scale_summary",
+]
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    """Settings of the calibrated discrepancy (see the module docstring).
+
+    Parameters
+    ----------
+    horizon : float
+        ``lam``: the log-compute scale on which the discrepancy levels off (default
+        ``log 10``).
+    ratio : float
+        Each run's leave-future-out refit uses its points up to ``c_last / ratio``.
+    run_weight : float
+        Runs' worth of evidence in one run's leave-future-out errors.
+    prior_scale : float
+        Centre of the prior on ``tau`` (reward per unit of log compute).
+    prior_weight : float
+        Pseudo-runs of that prior in the batch's distribution of ``tau``.
+    """
+
+    horizon: float = math.log(10.0)
+    ratio: float = 2.0
+    run_weight: float = 1.0
+    prior_scale: float = 0.01
+    prior_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("horizon", "run_weight", "prior_scale", "prior_weight"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"Discrepancy: {name} must be a positive finite number, got {v!r}.")
+        if not (math.isfinite(self.ratio) and self.ratio > 1):
+            raise ValueError(f"Discrepancy: ratio must be > 1, got {self.ratio!r}.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: The grid of each scale (``omega`` and ``tau``, reward and reward per unit of log compute).
+SCALE_GRID = np.concatenate([[0.0], np.geomspace(2e-4, 0.3, 31)])
+
+
+def discrepancy_shape(h: np.ndarray, horizon: float) -> np.ndarray:
+    """``1 - exp(-h / horizon)`` for ``h > 0`` (0 inside the data): the share of ``Delta`` reached."""
+    h = np.maximum(np.asarray(h, float), 0.0)
+    return -np.expm1(-h / horizon)
+
+
+def scale_posteriors(
+    err: np.ndarray, var: np.ndarray, shape2: np.ndarray, run: np.ndarray, n_runs: int, settings: Discrepancy
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's posterior over the ``(omega, tau)`` grid from the leave-future-out errors.
+
+    Parameters
+    ----------
+    err, var : ndarray, shape (point,)
+        Error of the refit's predictive mean and its predictive variance.
+    shape2 : ndarray, shape (point,)
+        ``(horizon * discrepancy_shape(h))**2`` at each point.
+    run : ndarray of int, shape (point,)
+        Run of each point (0 to ``n_runs - 1``).
+    n_runs : int
+    settings : Discrepancy
+
+    Returns
+    -------
+    post : ndarray, shape (run, grid, grid)
+        Posterior weights of each run's ``(omega, tau)`` on :data:`SCALE_GRID` squared
+        (the batch's distribution for runs without points).
+    own : ndarray of bool, shape (run,)
+        Whether the run had leave-future-out points of its own.
+    """
+    g2 = SCALE_GRID**2
+    k = g2.size
+    total = var[:, None, None] + g2[None, :, None] + shape2[:, None, None] * g2[None, None, :]
+    ll = (-0.5 * (np.log(total) + err[:, None, None] ** 2 / total)).reshape(len(err), k * k)
+    counts = np.bincount(run, minlength=n_runs).astype(float)
+    own = counts > 0
+    sums = np.zeros((n_runs, k * k))
+    np.add.at(sums, run, ll)
+    L = settings.run_weight * sums / np.maximum(counts, 1.0)[:, None]
+    L = L - L.max(axis=1, keepdims=True)
+    like = np.where(own[:, None], np.exp(L), 1.0)
+    # prior: each scale log-normal around prior_scale (sd one decade), with a share at 0
+    lg = np.log(np.maximum(SCALE_GRID, 1e-12))
+    one = np.exp(-0.5 * ((lg - math.log(settings.prior_scale)) / math.log(10.0)) ** 2)
+    one[0] = one.max()
+    prior = np.outer(one, one).ravel()
+    prior /= prior.sum()
+    pop = prior.copy()
+    n_own = float(own.sum())
+    for _ in range(500):  # EM for the mixing distribution
+        post = like[own] * pop
+        post /= post.sum(axis=1, keepdims=True)
+        new = (post.sum(axis=0) + settings.prior_weight * prior) / (n_own + settings.prior_weight)
+        done = np.max(np.abs(new - pop)) < 1e-10
+        pop = new
+        if done:
+            break
+    post = like * pop
+    post /= post.sum(axis=1, keepdims=True)
+    return post.reshape(n_runs, k, k), own
+
+
+def draw_offsets(
+    rng: np.random.Generator, post: np.ndarray, shape: tuple[int, ...], horizon: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of each run's level offset ``Delta_0`` and deviation ``Delta`` (``(omega, tau)`` from ``post``).
+
+    Returns two arrays of shape ``shape`` (run axis first).
+    """
+    n_runs, k, _ = post.shape
+    per_run = int(np.prod(shape[1:]))
+    cdf = np.cumsum(post.reshape(n_runs, k * k), axis=1)
+    u = rng.random((n_runs, per_run))
+    idx = np.stack([np.searchsorted(cdf[i], u[i], side="right") for i in range(n_runs)])
+    idx = np.minimum(idx, k * k - 1)
+    omega, tau = SCALE_GRID[idx // k], SCALE_GRID[idx % k]
+    z = rng.standard_normal((2, n_runs, per_run))
+    return (omega * z[0]).reshape(shape), (horizon * tau * z[1]).reshape(shape)
+
+
+def scale_summary(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Root mean square ``omega`` and ``tau`` of each run under its posterior."""
+    g2 = SCALE_GRID**2
+    return np.sqrt(post.sum(axis=2) @ g2), np.sqrt(post.sum(axis=1) @ g2)

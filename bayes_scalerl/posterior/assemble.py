@@ -1,0 +1,213 @@
+"""One builder of the ArviZ DataTree of a fit, for every model.
+
+Groups: ``posterior`` (the model's variables, dims ``chain, draw, run``, plus any
+population or recipe levels), ``sample_stats``, ``observed_data`` (``reward``, dims
+``run, point``, NaN-padded), ``constant_data`` (``compute``, ``in_fit``, ``R0_obs``,
+``C_ref`` and the run attributes) and, when asked for, ``log_likelihood`` (the model's
+pointwise log-likelihood written once in JAX, NaN where a point is not fitted).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ..data import Runs
+
+__all__ = ["observed_arrays", "pointwise_loglik", "build_datatree", "STAT_NAMES"]
+
+#: Names of the sampler statistics in ``sample_stats`` (ArviZ's), from the engine's.
+STAT_NAMES = {
+    "diverging": "diverging",
+    "num_steps": "n_steps",
+    "accept_prob": "acceptance_rate",
+    "energy": "energy",
+    "lp": "lp",
+    "step_size": "step_size",
+}
+
+
+def observed_arrays(runs: Runs, in_fit: Callable[[np.ndarray], np.ndarray]):
+    """NaN-padded (run, point) arrays of every evaluation and whether it is fitted.
+
+    Returns ``compute, reward, in_fit, n_eval`` (``n_eval`` NaN without the column).
+    """
+    groups = runs.table.groupby("run", sort=False)
+    sizes = [len(groups.get_group(n)) for n in runs.names]
+    width = max(sizes)
+    compute = np.full((runs.n_runs, width), np.nan)
+    reward = np.full((runs.n_runs, width), np.nan)
+    fitted = np.zeros((runs.n_runs, width), bool)
+    n_eval = np.full((runs.n_runs, width), np.nan)
+    for i, name in enumerate(runs.names):
+        g = groups.get_group(name)
+        c = g["compute"].to_numpy(float)
+        compute[i, : len(c)] = c
+        reward[i, : len(c)] = g["reward"].to_numpy(float)
+        fitted[i, : len(c)] = in_fit(c)
+        if "n_eval" in g.columns:
+            n_eval[i, : len(c)] = g["n_eval"].to_numpy(float)
+    return compute, reward, fitted, n_eval
+
+
+def _loglik_program(model):
+    def one_run(params, data):
+        return jax.vmap(lambda p: model.loglik(p, data))(params)
+
+    return jax.jit(jax.vmap(one_run))
+
+
+def pointwise_loglik(model, window, post: Mapping[str, np.ndarray], *, chunk: int = 64) -> np.ndarray:
+    """The model's log-likelihood of each fitted point of the window under each draw.
+
+    Parameters
+    ----------
+    model : BatchedModel
+    window : FitWindow
+    post : mapping of str to ndarray
+        The model's variables, each of shape (run, sample).
+    chunk : int
+        Runs per compiled call (bounds memory).
+
+    Returns
+    -------
+    ndarray of float32, shape (run, sample, point)
+        In the window's layout (each run's fitted points first); NaN on padding.
+    """
+    from ..engine.driver import padded_inputs
+
+    arrays = padded_inputs(window, n_eval=model.needs_n_eval)
+    n_runs, width = window.reward.shape
+    program = _loglik_program(model)
+    out = np.empty((n_runs, next(iter(post.values())).shape[1], width), np.float32)
+    for lo in range(0, n_runs, chunk):
+        hi = min(lo + chunk, n_runs)
+        idx = np.concatenate([np.arange(lo, hi), np.full(chunk - (hi - lo), lo)])  # one shape
+        data = model.data({k: jnp.asarray(v[idx]) for k, v in arrays.items()})
+        params = {k: jnp.asarray(v[idx]) for k, v in post.items()}
+        ll = np.asarray(program(params, data))[: hi - lo, :, :width]
+        out[lo:hi] = np.where(window.mask[lo:hi, None, :], ll, np.nan)
+    return out
+
+
+def _to_observed_layout(ll: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    """Window layout (fitted points first, in order) to the observed layout (run, ..., point)."""
+    pos = np.cumsum(fitted, axis=1) - 1  # index of each fitted point among the run's fitted points
+    pos = np.clip(pos, 0, ll.shape[-1] - 1)
+    taken = np.take_along_axis(ll, pos[:, None, :], axis=-1)
+    return np.where(fitted[:, None, :], taken, np.nan).astype(np.float32)
+
+
+def build_datatree(
+    runs: Runs,
+    window,
+    model,
+    post: Mapping[str, np.ndarray],
+    *,
+    in_fit: Callable[[np.ndarray], np.ndarray],
+    settings: dict,
+    stats: Mapping[str, np.ndarray] | None = None,
+    sample_stats: xr.Dataset | None = None,
+    extra_posterior: Mapping | None = None,
+    extra_coords: Mapping | None = None,
+    log_likelihood: bool = True,
+    constants: Mapping[str, np.ndarray] | None = None,
+    loglik_params: Mapping[str, np.ndarray] | None = None,
+) -> xr.DataTree:
+    """The fit's DataTree (see the module docstring).
+
+    Parameters
+    ----------
+    runs : Runs
+    window : FitWindow
+        The fitted points (as sampled).
+    model : BatchedModel
+    post : mapping of str to ndarray
+        The model's run-level variables, each (run, chain, draw).
+    in_fit : callable
+        ``in_fit(compute)`` -> bool mask of the points in the likelihood.
+    settings : dict
+        Stored as JSON in the ``bayes_scalerl_settings`` attribute.
+    stats : mapping, optional
+        The engine's sampler statistics (run, chain, draw); ``step_size`` (run, chain).
+    sample_stats : xarray.Dataset, optional
+        A ready ``sample_stats`` group instead (the hierarchical sampler's).
+    extra_posterior, extra_coords : mapping, optional
+        More posterior variables (``name -> (dims, array)``) and their coordinates.
+    log_likelihood : bool
+        Add the pointwise log-likelihood.
+    constants : mapping, optional
+        More ``constant_data`` variables of dims (run,).
+    loglik_params : mapping, optional
+        The model's parameters for the log-likelihood when ``post`` holds others (the
+        ceiling with its discrepancy); default ``post``.
+    """
+    compute, reward, fitted, n_eval = observed_arrays(runs, in_fit)
+    names = np.array(runs.names, dtype=object).astype(str)
+    first = next(iter(post.values()))
+    chains, samples = first.shape[1], first.shape[2]
+    dims3 = ("chain", "draw", "run")
+    coords = {"run": names, "chain": np.arange(chains), "draw": np.arange(samples)}
+
+    def cdr(x):  # (run, chain, draw) -> (chain, draw, run)
+        return np.moveaxis(x, 0, -1)
+
+    posterior = xr.Dataset({k: (dims3, cdr(v)) for k, v in post.items()}, coords=coords)
+    if extra_posterior:
+        posterior = posterior.assign(dict(extra_posterior)).assign_coords(dict(extra_coords or {}))
+    if sample_stats is None:
+        ss = {}
+        for k, v in (stats or {}).items():
+            if k == "step_size":
+                v = np.broadcast_to(v[:, :, None], first.shape)
+            ss[STAT_NAMES.get(k, k)] = (dims3, cdr(v))
+        sample_stats = xr.Dataset(ss, coords=coords)
+    point = np.arange(compute.shape[1])
+    rp = ("run", "point")
+    observed = xr.Dataset({"reward": (rp, reward)}, coords={"run": names, "point": point})
+    constant = xr.Dataset(
+        {
+            "compute": (rp, compute),
+            "in_fit": (rp, fitted),
+            "R0_obs": (("run",), window.R0),
+            "C_ref": (("run",), window.c_ref),
+        },
+        coords={"run": names, "point": point},
+    )
+    for k, v in (constants or {}).items():
+        constant[k] = (("run",), v)
+    if "n_eval" in runs.table.columns:
+        constant["n_eval"] = (rp, n_eval)
+    for col in ("recipe", "seed", "task", "training_run"):
+        vals = runs.run_attribute(col)
+        if vals is not None:
+            constant[col] = (("run",), np.array([str(v) for v in vals]))
+    groups = {
+        "posterior": posterior,
+        "sample_stats": sample_stats,
+        "observed_data": observed,
+        "constant_data": constant,
+    }
+    if log_likelihood:
+        source = post if loglik_params is None else loglik_params
+        flat = {k: source[k].reshape(source[k].shape[0], -1) for k in model.var_names}
+        ll = pointwise_loglik(model, window, flat)  # run, sample, window point
+        width = compute.shape[1]
+        if ll.shape[-1] < width:
+            ll = np.concatenate(
+                [ll, np.full(ll.shape[:-1] + (width - ll.shape[-1],), np.nan, np.float32)], -1
+            )
+        ll = _to_observed_layout(ll, fitted).reshape(len(names), chains, samples, width)
+        groups["log_likelihood"] = xr.Dataset(
+            {"reward": (("chain", "draw", "run", "point"), np.moveaxis(ll, 0, 2))},
+            coords={**coords, "point": point},
+        )
+    dt = xr.DataTree.from_dict(groups)
+    dt.attrs["bayes_scalerl_settings"] = json.dumps(settings)
+    dt.attrs["inference_library"] = "numpyro"
+    return dt

@@ -1,0 +1,94 @@
+"""Convergence on weakly identified runs: C_mid often beyond the data.
+
+The regime of the issue "Bands you can bet compute on": 500 simulated runs with ``C_mid``
+log-uniform on 2k-20k GPU-hours, evaluations every 160 GPU-hours up to 8k, noise sd 0.006,
+``R0`` 0.30-0.45, ``A`` 0.50-0.72, ``B`` 1.2-3.0. Reports, per sampler setting, the share of
+runs with R-hat <= 1.01 (every variable), the share with a divergent transition and the
+wall time of the whole ``fit`` (compilation excluded: a warm-up fit on the same shapes runs
+first).
+
+    python benchmarks/weak_identification.py --runs 500 --out benchmarks/results/weak-identification.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+import bayes_scalerl as bs
+
+
+def simulate(n_runs: int, seed: int) -> bs.Runs:
+    rng = np.random.default_rng(seed)
+    truth = bs.random_truth(
+        rng,
+        n_runs,
+        A=(0.50, 0.72),
+        B=(1.2, 3.0),
+        C_mid=(2_000.0, 20_000.0),
+        R0=(0.30, 0.45),
+        sigma=(0.006, 0.006),
+    )
+    compute = np.arange(0.0, 8_000.0 + 1e-9, 160.0)
+    return bs.Runs.from_frame(bs.simulate_runs(truth, compute, rng))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--settings", nargs="+", default=["default", "gaussian-only"])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    bs.use_all_cpu_cores()
+    import jax
+
+    settings = {
+        "default": {},
+        "gaussian-only": {"discrepancy": False},
+        "ta095": {"target_accept": 0.95},
+        "s1000": {"samples": 1000},
+        "ta095-s1000": {"target_accept": 0.95, "samples": 1000},
+    }
+    rows = []
+    for seed in args.seeds:
+        runs = simulate(args.runs, seed)
+        for name in args.settings:
+            kw = dict(settings[name], log_likelihood=False, progress=False)
+            bs.fit(runs.subset(runs.names[:8]), seed=seed, **kw)  # compile on the same bucketed shapes
+            t0 = time.perf_counter()
+            res = bs.fit(runs, seed=seed, **kw)
+            wall = time.perf_counter() - t0
+            d = res.diagnostics()
+            rows.append(
+                (
+                    seed,
+                    name,
+                    wall,
+                    float((d["r_hat_max"] <= 1.01).mean()),
+                    float((d["divergences"] > 0).mean()),
+                    float(d["converged"].mean()),
+                )
+            )
+            print(rows[-1], flush=True)
+    head = (
+        f"machine: {platform.processor() or platform.machine()}, {jax.device_count()} devices "
+        f"({jax.devices()[0].platform}); jax {jax.__version__}; bayes_scalerl {bs.__version__}\n\n"
+        "| seed | setting | wall s (fit, after compile) | R-hat <= 1.01 | any divergence | converged |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    body = "".join(f"| {s} | {n} | {w:.1f} | {r:.3f} | {dv:.3f} | {c:.3f} |\n" for s, n, w, r, dv, c in rows)
+    print(head + body)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(
+                f"`python benchmarks/weak_identification.py --runs {args.runs} --seeds "
+                f"{' '.join(map(str, args.seeds))} --settings {' '.join(args.settings)}`\n\n" + head + body
+            )
+
+
+if __name__ == "__main__":
+    main()

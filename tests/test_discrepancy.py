@@ -1,0 +1,111 @@
+"""The calibrated discrepancy: its scales are recovered from leave-future-out errors, its
+draws have the stated spread, and a fit with it keeps the sigmoid's own posterior."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import bayes_scalerl as bs
+from bayes_scalerl.models.discrepancy import (
+    SCALE_GRID,
+    Discrepancy,
+    discrepancy_shape,
+    draw_offsets,
+    scale_posteriors,
+    scale_summary,
+)
+from tests.conftest import QUICK
+
+SETTINGS = Discrepancy()
+
+
+def _errors(rng, n_runs, omega, tau, points=12, v=1e-4):
+    """Leave-future-out errors of runs whose deviations have sds omega and tau (one draw per run)."""
+    h = np.tile(np.linspace(0.05, math.log(2.0), points), n_runs)
+    run = np.repeat(np.arange(n_runs), points)
+    s = SETTINGS.horizon * discrepancy_shape(h, SETTINGS.horizon)
+    level = omega * rng.standard_normal(n_runs)[run]
+    slope = tau * rng.standard_normal(n_runs)[run]
+    var = np.full(h.size, v)
+    err = level + slope * s + math.sqrt(v) * rng.standard_normal(h.size)
+    return err, var, s**2, run
+
+
+@pytest.mark.parametrize("omega, tau", [(0.0, 0.03), (0.01, 0.0), (0.01, 0.02)])
+def test_batch_scales_are_recovered(omega, tau):
+    """400 runs: the batch's root mean square scales land near the truth.
+
+    Each run carries one draw of each deviation, so the batch's mean square estimates the
+    truth with a relative sd of about sqrt(2 / 400) = 7% (in the square); the tolerance of
+    0.006 on each scale (0.3-0.6 of the true values) is several such sds plus the grid's
+    spacing (ratios of 1.3 between neighbouring values).
+    """
+    rng = np.random.default_rng(11)
+    err, var, s2, run = _errors(rng, 400, omega, tau)
+    post, own = scale_posteriors(err, var, s2, run, 400, SETTINGS)
+    assert own.all() and np.allclose(post.sum(axis=(1, 2)), 1.0)
+    w_rms, t_rms = (np.sqrt(np.mean(x**2)) for x in scale_summary(post))
+    print(f"omega {w_rms:.4f} (true {omega}), tau {t_rms:.4f} (true {tau})")
+    assert abs(w_rms - omega) < 0.006 and abs(t_rms - tau) < 0.006
+
+
+def test_no_deviation_gives_small_scales_and_short_runs_take_the_batch():
+    rng = np.random.default_rng(12)
+    err, var, s2, run = _errors(rng, 200, 0.0, 0.0)
+    post, own = scale_posteriors(err, var, s2, run, 201, SETTINGS)  # run 200 has no points
+    omega, tau = scale_summary(post)
+    assert not own[200] and own[:200].all()
+    assert np.median(tau[:200]) < 0.005 and np.median(omega[:200]) < 0.003
+    # a run without points of its own takes the batch's distribution
+    np.testing.assert_allclose(post[200], post[own].mean(axis=0), atol=0.05)
+
+
+def test_offsets_have_the_stated_spread():
+    """Draws of Delta_0 and Delta: sds omega and horizon * tau, within 4% (20,000 draws: 0.5% sd)."""
+    k = SCALE_GRID.size
+    post = np.zeros((1, k, k))
+    i, j = 10, 20
+    post[0, i, j] = 1.0
+    level, dev = draw_offsets(np.random.default_rng(0), post, (1, 4, 5000), SETTINGS.horizon)
+    assert level.shape == dev.shape == (1, 4, 5000)
+    np.testing.assert_allclose(level.std(), SCALE_GRID[i], rtol=0.04)
+    np.testing.assert_allclose(dev.std(), SETTINGS.horizon * SCALE_GRID[j], rtol=0.04)
+
+
+def test_shape_is_zero_inside_the_data_and_levels_off():
+    h = np.array([-1.0, 0.0, 1e-6, 1.0, 50.0])
+    s = discrepancy_shape(h, 2.0)
+    assert s[0] == s[1] == 0.0 and 0 < s[2] < 1e-6 and s[-1] == pytest.approx(1.0)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="ratio"):
+        Discrepancy(ratio=1.0)
+    with pytest.raises(ValueError, match="horizon"):
+        Discrepancy(horizon=0.0)
+
+
+def test_fit_with_discrepancy_keeps_the_sigmoid_posterior(demo_fit):
+    """A = the sigmoid's asymptote + delta; the sigmoid's draws are the exact model's, bit for bit."""
+    runs = bs.Runs.from_frame(bs.demo_runs(), source="<demo>")
+    plain = bs.fit(runs, min_compute=1500, fit_until=8000, seed=1, discrepancy=False, **QUICK)
+    post = demo_fit.dt["posterior"]
+    for name in ("B", "C_mid", "sigma"):
+        np.testing.assert_array_equal(post[name].values, plain.dt["posterior"][name].values)
+    np.testing.assert_allclose(
+        (post["A"] - post["delta"]).values, plain.dt["posterior"]["A"].values, rtol=0, atol=1e-12
+    )
+    cd = demo_fit.dt["constant_data"]
+    assert (cd["discrepancy_tau"].values >= 0).all() and (cd["discrepancy_omega"].values >= 0).all()
+    # beyond the data the band is at least as wide as the exact sigmoid's, and the
+    # discrepancy switched off gives the exact sigmoid's predictive draws
+    far = [32_000.0]
+    wide = demo_fit.predict_draws(far, seed=0).std(axis=1)
+    np.testing.assert_allclose(
+        demo_fit.predict_draws(far, seed=0, discrepancy=False), plain.predict_draws(far, seed=0), atol=1e-12
+    )
+    narrow = demo_fit.predict_draws(far, seed=0, discrepancy=False).std(axis=1)
+    assert np.mean(wide >= narrow) > 0.8
