@@ -68,7 +68,8 @@ def _table(df: pd.DataFrame) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/dapo-metrics")
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "dapo-metrics"
+    p.add_argument("--data", type=Path, default=shared, help="folder of verl logs (read in place)")
     p.add_argument("--fractions", default="0.25,0.5")
     p.add_argument("--gpus", type=float, default=4.0)
     p.add_argument("--seed", type=int, default=0)
@@ -87,13 +88,15 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"{len(jax.devices())} JAX device(s) ({jax.devices()[0].platform}).",
-        f"Versions: python {platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}, "
-        f"bayes_scalerl {bs.__version__}. Wall time {time.perf_counter() - t0:.0f} s.",
+        f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
+        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}. "
+        f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"Metric `{METRIC}` of every verl log (GPU-hours = wall hours x {a.gpus:g}); each curve fitted on "
         "compute <= fraction x its largest compute (4 chains x 500 + 500), every later evaluation scored. "
         "`bayes`: the default predictive (calibrated discrepancy); `gaussian`: the same posterior without "
-        "it (version 0.1's default); `ls`: the paper's least-squares point fit; `boot`: its residual bootstrap.",
+        "it (version 0.1's default); `ls`: the paper's least-squares point fit; "
+        "`boot`: its residual bootstrap.",
         "",
     ]
     text = "\n".join([*header, *_table(scores), ""])
