@@ -90,7 +90,11 @@ class FitResult:
         """R-hat, bulk and tail ESS of each variable in ``names``, computed once per result.
 
         The DataTree does not change after the fit, so the values are kept on the object
-        (and dropped if ``dt`` is replaced).
+        (and dropped if ``dt`` is replaced). With the calibrated discrepancy, ``A`` is the
+        sampler's draw plus an independent offset ``delta`` drawn afresh for every draw;
+        the offset would dilute R-hat and inflate the ESS of ``A`` and hide a chain that
+        did not mix, so the diagnostics of ``A`` are those of the sampler's own draws
+        ``A - delta``.
         """
         cache = self._diagnostics_cache
         if cache.get("dt") is not self.dt:
@@ -100,7 +104,10 @@ class FitResult:
         post = self.dt["posterior"]
         for name in names:
             if name not in done:
-                done[name] = convergence(post[name].transpose("chain", "draw", ...).values)
+                x = post[name]
+                if name == "A" and "delta" in post.data_vars:
+                    x = x - post["delta"]
+                done[name] = convergence(x.transpose("chain", "draw", ...).values)
         return {name: done[name] for name in names}
 
     def summary(self, *, var_names: Sequence[str] | None = None) -> pd.DataFrame:
@@ -110,7 +117,8 @@ class FitResult:
         -------
         pandas.DataFrame
             Columns ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``; R-hat and bulk
-            ESS as :func:`bayes_scalerl.diagnostics.convergence` (ArviZ's definitions).
+            ESS as :func:`bayes_scalerl.diagnostics.convergence` (ArviZ's definitions; for
+            ``A`` with the calibrated discrepancy, of the sampler's own draws ``A - delta``).
         """
         names = list(var_names) if var_names is not None else self.var_names
         conv = self._convergence(names)

@@ -109,3 +109,11 @@ def test_fit_with_discrepancy_keeps_the_sigmoid_posterior(demo_fit):
     )
     narrow = demo_fit.predict_draws(far, seed=0, discrepancy=False).std(axis=1)
     assert np.mean(wide >= narrow) > 0.8
+    # the convergence diagnostics are the sampler's: the same as the exact fit's (the
+    # offsets, fresh for every draw, would otherwise dilute R-hat and inflate the ESS of A)
+    ours, theirs = demo_fit.summary(), plain.summary()
+    np.testing.assert_allclose(ours["r_hat"], theirs["r_hat"], rtol=1e-9)
+    np.testing.assert_allclose(ours["ess_bulk"], theirs["ess_bulk"], rtol=1e-9)
+    cols = ["r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "converged"]
+    d1, d2 = demo_fit.diagnostics()[cols], plain.diagnostics()[cols]
+    np.testing.assert_allclose(d1.to_numpy(float), d2.to_numpy(float), rtol=1e-9)
