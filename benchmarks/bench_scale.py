@@ -40,8 +40,8 @@ import jax
 import numpy as np
 
 import bayes_scalerl as bs
-from bayes_scalerl import engine, runtime
-from bayes_scalerl.engine import driver
+from bayes_scalerl import engine
+from bayes_scalerl.engine import driver, runtime
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import _curve_fit_loop  # noqa: E402

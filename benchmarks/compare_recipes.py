@@ -23,13 +23,14 @@ from itertools import combinations
 import numpy as np
 
 import bayes_scalerl as bs
-from bayes_scalerl.comparisons import compare
-from bayes_scalerl.diagnostics import sampler_diagnostics
+from bayes_scalerl.analyses.comparisons import compare
+from bayes_scalerl.analyses.simulate import random_recipes
+from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
 
 
 def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int):
     rng = np.random.default_rng(seed)
-    truth = bs.simulate.random_recipes(rng, n_recipes, seeds, A=(0.52, 0.64), C_mid=(1500.0, 5000.0))
+    truth = random_recipes(rng, n_recipes, seeds, A=(0.52, 0.64), C_mid=(1500.0, 5000.0))
     grid = np.arange(0.0, 8000.0 + 1, 250.0)
     df = bs.simulate_runs(truth, grid, rng, extra_columns=("recipe", "seed"))
     runs = bs.Runs.from_frame(df, source=f"study{seed}")

@@ -2,7 +2,7 @@
 
 The package's bands are calibrated on simulated sigmoids; real curves are only roughly
 sigmoids. This benchmark simulates runs from the misspecified truth-curve families of
-:mod:`bayes_scalerl.misspec` (sigmoid control, creep, two stacked sigmoids, saturating
+:mod:`bayes_scalerl.analyses.misspec` (sigmoid control, creep, two stacked sigmoids, saturating
 power law, exponential saturation, smooth wiggle, late downward drift), each with three
 evaluation-noise models (iid Gaussian, AR(1), binomial), fits every run on the first
 ``1 / h`` of its compute for each horizon ``h`` (``bs.backtest(runs, fraction=1 / h)``: all
@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.misspec import FAMILIES, NOISES, simulate_benchmark
+from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 
 __all__ = [
     "METHODS",
@@ -264,7 +264,7 @@ def run_benchmark(
     Parameters
     ----------
     data : pandas.DataFrame, optional
-        Curves as from :func:`bayes_scalerl.misspec.simulate_benchmark` (columns ``run,
+        Curves as from :func:`bayes_scalerl.analyses.misspec.simulate_benchmark` (columns ``run,
         compute, reward, role, pair, pair_seed, scenario, family, noise, true_ceiling``,
         ``n_eval``). Default: simulated here from ``seed``, ``families``, ``noises``,
         ``runs_per_scenario``, ``pairs_per_scenario`` and ``n_evals``.

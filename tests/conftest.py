@@ -16,7 +16,7 @@ def float64():
     float64 on inside the package's calls), so tests that call the model's JAX internals
     directly ask for this fixture (``pytestmark = pytest.mark.usefixtures("float64")``).
     """
-    from bayes_scalerl.runtime import x64
+    from bayes_scalerl.engine.runtime import x64
 
     with x64():
         yield

@@ -26,9 +26,14 @@ import pytest
 from scipy import stats
 
 import bayes_scalerl as bs
-from bayes_scalerl.backtest import _grid_fit_batch, _residual_bootstrap, backtest
-from bayes_scalerl.baseline import paper_fit_arrays, paper_predict
-from bayes_scalerl.scoring import central_interval, crps_from_draws, interval_coverage, median_abs_error
+from bayes_scalerl.analyses.backtest import _grid_fit_batch, _residual_bootstrap, backtest
+from bayes_scalerl.analyses.baseline import paper_fit_arrays, paper_predict
+from bayes_scalerl.analyses.scoring import (
+    central_interval,
+    crps_from_draws,
+    interval_coverage,
+    median_abs_error,
+)
 from tests.conftest import QUICK
 
 N_RUNS = 15  # simulated runs with known truth (+1 too short to fit): one group of 16 in the sampler
@@ -298,7 +303,7 @@ DAPO_DIR = Path(
 
 @pytest.mark.skipif(not DAPO_DIR.is_dir(), reason=f"DAPO metric logs not found at {DAPO_DIR}")
 def test_backtest_on_the_dapo_curves():
-    readers = pytest.importorskip("bayes_scalerl.readers")
+    readers = pytest.importorskip("bayes_scalerl.data.readers")
     runs = readers.read_verl(DAPO_DIR, metric="val-core/math_dapo-Qwen-instruct/acc/mean@1", gpus=4)
     bt = backtest(runs, fraction=0.5, fit_kwargs=QUICK, seed=0)
     s = bt.scores.set_index("method")

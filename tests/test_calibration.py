@@ -62,7 +62,7 @@ def test_most_runs_converge(calibration_fit):
     # A regression guard, not the target of 0.99, which the sampler does not reach at 300
     # warm-up + 300 draws. Measured over seeds 0-7 of this fit: mean 0.80 (0.75-0.875)
     # with 0.2% of runs with a divergence; this test's seed gives 0.78. (Before the
-    # anchor of the coordinates moved, see bayes_scalerl/model.py: mean 0.52, 0.34-0.64.)
+    # anchor of the coordinates moved, see bayes_scalerl/models/scalerl.py: mean 0.52, 0.34-0.64.)
     # 64 runs give a binomial sd of 0.05, so the guard sits 3.5 sds (0.175) below the mean.
     assert (d.r_hat_max <= 1.01).mean() >= 0.62
     assert (d.divergences > 0).mean() <= 0.05

@@ -301,8 +301,8 @@ def test_option_names_follow_the_api_with_old_spellings_accepted(capsys):
 
 def test_only_user_errors_exit_2_bugs_propagate(tmp_path, monkeypatch, capsys):
     """A ValueError from inside the package is a bug: traceback and exit 1, not 'invalid input'."""
-    from bayes_scalerl import fitting
     from bayes_scalerl.engine.checkpoint import CheckpointMismatch
+    from bayes_scalerl.posterior import fitting
 
     def buggy_fit(runs, **kw):
         raise ValueError("internal shape mismatch")

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import bayes_scalerl as bs
-from bayes_scalerl import comparisons as cmp
+from bayes_scalerl.analyses import comparisons as cmp
 
 
 def _result(params: dict[str, dict], recipes: list[str], *, R0: float = 0.3, n_draws: int = 400, seed=0):

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayes_scalerl.curve import compute_to_reach, gain_fraction, linearised, scalerl_curve
+from bayes_scalerl.models.curve import compute_to_reach, gain_fraction, linearised, scalerl_curve
 
 params = st.fixed_dictionaries(
     {

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_scalerl.diagnostics import (
+from bayes_scalerl.posterior.diagnostics import (
     TAIL_PROB,
     bfmi,
     convergence,
@@ -197,7 +197,7 @@ def test_sampler_diagnostics_equal_to_arviz():
 
 
 def test_fit_result_summary_and_cached_diagnostics():
-    from bayes_scalerl.results import FitResult
+    from bayes_scalerl.posterior.results import FitResult
 
     dt = _tree(seed=10)
     post = dt["posterior"].to_dataset()
@@ -233,7 +233,7 @@ def test_fit_result_summary_and_cached_diagnostics():
 
 
 def test_blocks_give_the_same_values(monkeypatch):
-    import bayes_scalerl.diagnostics as diag
+    import bayes_scalerl.posterior.diagnostics as diag
 
     x = _draws(11, 4, 200)
     whole = convergence(x)

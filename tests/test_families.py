@@ -14,9 +14,10 @@ import pytest
 
 import bayes_scalerl as bs
 from bayes_scalerl import engine
-from bayes_scalerl import families as fam
-from bayes_scalerl.model import gain_conditional, make_run_data
+from bayes_scalerl.analyses import families as fam
 from bayes_scalerl.models import families as fam_models
+from bayes_scalerl.models.scalerl import gain_conditional, make_run_data
+from bayes_scalerl.posterior import families as fam_fit
 
 #: These tests call the model's JAX internals directly: run them in float64 (see conftest).
 pytestmark = pytest.mark.usefixtures("float64")
@@ -96,7 +97,7 @@ def power_data():
 
 @pytest.fixture(scope="module")
 def power_fit(power_data):
-    return fam.fit_family(power_data[0], "power", seed=0, **QUICK)
+    return fam_fit.fit_family(power_data[0], "power", seed=0, **QUICK)
 
 
 # ---------------------------------------------------------------------- pieces
@@ -133,7 +134,7 @@ def test_exponential_coordinates_jacobian():
 
 def test_unknown_family_is_rejected(power_data):
     with pytest.raises(ValueError, match="family"):
-        fam.fit_family(power_data[0], "cubic")
+        fam_fit.fit_family(power_data[0], "cubic")
     with pytest.raises(ValueError, match="families"):
         fam.compare_families(power_data[0], families=("sigmoid", "cubic"))
 
@@ -172,7 +173,7 @@ def test_power_recovers_truth(power_data, power_fit):
 
 def test_exponential_recovers_truth():
     runs, truth = simulate_exponential(2)
-    res = fam.fit_family(runs, "exponential", seed=0, **QUICK)
+    res = fam_fit.fit_family(runs, "exponential", seed=0, **QUICK)
     _check_recovery(res, truth, "A", 0.01)
     _check_recovery(res, truth, "B", 0.1)
     assert np.all(np.abs(np.log(np.median(res.draws("C_s"), 1) / truth["C_s"].to_numpy())) < 0.2)
@@ -183,7 +184,7 @@ def test_same_shape_does_not_recompile(power_fit):
     """A second power data set of the same bucketed shape reuses the compiled sampler."""
     before = engine.trace_count()
     runs, _ = simulate_power(7, n=3)  # 3 runs bucket to 4, like the first data set
-    res = fam.fit_family(runs, "power", seed=3, **QUICK)
+    res = fam_fit.fit_family(runs, "power", seed=3, **QUICK)
     assert engine.trace_count() == before
     assert res.dt["posterior"].sizes["run"] == 3
 
@@ -232,11 +233,11 @@ def test_power_family_resumes_and_runs_on_two_devices(power_data, tmp_path):
 
     runs = power_data[0]
     kw = dict(QUICK, seed=0, chunk_size=2, log_likelihood=False)
-    whole = fam.fit_family(runs, "power", **kw)
+    whole = fam_fit.fit_family(runs, "power", **kw)
     ckpt = tmp_path / "ckpt"
-    fam.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
+    fam_fit.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
     (ckpt / "chunk-000001.npz").unlink()  # as if killed before the second chunk was written
-    resumed = fam.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
+    resumed = fam_fit.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
     path = tmp_path / "power.parquet"
     runs.table.to_parquet(path)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -9,11 +9,11 @@ import pytest
 from conftest import QUICK
 
 import bayes_scalerl as bs
-from bayes_scalerl.comparisons import compare, recipe_draws
-from bayes_scalerl.diagnostics import sampler_diagnostics
-from bayes_scalerl.hierarchical import hierarchy_index
-from bayes_scalerl.model import gain_conditional, make_run_data
-from bayes_scalerl.simulate import random_recipes
+from bayes_scalerl.analyses.comparisons import compare, recipe_draws
+from bayes_scalerl.analyses.simulate import random_recipes
+from bayes_scalerl.models.hierarchical import hierarchy_index
+from bayes_scalerl.models.scalerl import gain_conditional, make_run_data
+from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
 
 #: These tests call the model's JAX internals directly: run them in float64 (see conftest).
 pytestmark = pytest.mark.usefixtures("float64")

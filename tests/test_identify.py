@@ -17,7 +17,7 @@ from conftest import QUICK
 from scipy import stats
 
 import bayes_scalerl as bs
-from bayes_scalerl.identify import (
+from bayes_scalerl.analyses.identify import (
     ALTERNATIVE_PRIORS,
     DEFAULT_FRACTIONS,
     BudgetSweep,

@@ -1,4 +1,4 @@
-"""Misspecified truth curves (bayes_scalerl.misspec) and the misspecification benchmark's core."""
+"""Misspecified truth curves (bayes_scalerl.analyses.misspec) and the misspecification benchmark's core."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import bayes_scalerl as bs
-from bayes_scalerl import misspec as ms
+from bayes_scalerl.analyses import misspec as ms
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Parameters each family uses besides A and the discrepancy's.

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from bayes_scalerl.model import constrain, gain_conditional, make_run_data, refresh_sigma, truncnorm_draw
-from bayes_scalerl.priors import Priors
+from bayes_scalerl.models.priors import Priors
+from bayes_scalerl.models.scalerl import (
+    constrain,
+    gain_conditional,
+    make_run_data,
+    refresh_sigma,
+    truncnorm_draw,
+)
 
 #: These tests call the model's JAX internals directly: run them in float64 (see conftest).
 pytestmark = pytest.mark.usefixtures("float64")

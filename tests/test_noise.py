@@ -9,7 +9,7 @@ from conftest import QUICK
 from scipy import integrate, stats
 
 import bayes_scalerl as bs
-from bayes_scalerl.model import (
+from bayes_scalerl.models.scalerl import (
     binomial_variance,
     constrain,
     gain_conditional,

@@ -1,4 +1,4 @@
-"""The lane-queue NUTS engine (:mod:`bayes_scalerl.nuts`) piece by piece, and its exactness.
+"""The lane-queue NUTS engine (:mod:`bayes_scalerl.engine.nuts`) piece by piece, and its exactness.
 
 The exactness test starts 16,384 chains from exact draws of a correlated Gaussian and runs
 a few NUTS transitions with a fixed step size and mass matrix: a correct transition kernel
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayes_scalerl import nuts
+from bayes_scalerl.engine import nuts
 
 # ---- the exactness of the transition kernel
 

@@ -12,10 +12,10 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import bayes_scalerl as bs  # noqa: E402
-from bayes_scalerl import plots  # noqa: E402
 from bayes_scalerl.cli import main  # noqa: E402
-from bayes_scalerl.io import atomic_file, atomic_output_dir, new_file_mode  # noqa: E402
-from bayes_scalerl.outputs import DISCREPANCY_COLUMNS, IDENTIFIABILITY_COLUMNS  # noqa: E402
+from bayes_scalerl.data.files import atomic_file, atomic_output_dir, new_file_mode  # noqa: E402
+from bayes_scalerl.report import plots  # noqa: E402
+from bayes_scalerl.report.outputs import DISCREPANCY_COLUMNS, IDENTIFIABILITY_COLUMNS  # noqa: E402
 
 FILES = {"summary.csv", "predictions.csv", "diagnostics.csv", "posterior.nc", "curves.png"}
 
@@ -122,4 +122,6 @@ def test_out_that_is_a_file_is_refused_before_writing(small_fit, tmp_path):
 
 
 def test_write_fit_folder_is_exported():
-    assert "write_fit_folder" in bs.__all__ and bs.write_fit_folder.__module__ == "bayes_scalerl.outputs"
+    assert (
+        "write_fit_folder" in bs.__all__ and bs.write_fit_folder.__module__ == "bayes_scalerl.report.outputs"
+    )

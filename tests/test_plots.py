@@ -10,8 +10,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import bayes_scalerl as bs  # noqa: E402
-from bayes_scalerl.curve import linearised  # noqa: E402
-from bayes_scalerl.plots import plot_curves, plot_forest, plot_linearised  # noqa: E402
+from bayes_scalerl.models.curve import linearised  # noqa: E402
+from bayes_scalerl.report.plots import plot_curves, plot_forest, plot_linearised  # noqa: E402
 
 #: Two recipes with two seeds each, taken from the session's demo fit (no new compilation).
 RUNS = ["ScaleRL/s0", "ScaleRL/s1", "LOO-batch/s0", "LOO-batch/s1"]

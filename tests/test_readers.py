@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from bayes_scalerl.data import DataError, Runs
-from bayes_scalerl.readers import (
+from bayes_scalerl.data.readers import (
     FORMATS,
     read_any,
     read_table,

@@ -15,8 +15,10 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import bayes_scalerl as bs  # noqa: E402
-from bayes_scalerl import plots  # noqa: E402
-from bayes_scalerl.report import write_report  # noqa: E402
+from bayes_scalerl.report import (
+    plots,  # noqa: E402
+    write_report,  # noqa: E402
+)
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 COMPARISONS = pd.DataFrame(
@@ -265,7 +267,7 @@ def test_out_folder_and_missing_posterior(small_fitdir, tmp_path):
 
 def test_identifiability_columns_without_diagnostics_csv(small_fitdir):
     """A folder without diagnostics.csv, or with one lacking the columns, still gets them."""
-    from bayes_scalerl.outputs import IDENTIFIABILITY_COLUMNS
+    from bayes_scalerl.report.outputs import IDENTIFIABILITY_COLUMNS
 
     diag = pd.read_csv(small_fitdir / "diagnostics.csv")
     diag.drop(columns=list(IDENTIFIABILITY_COLUMNS)).to_csv(small_fitdir / "diagnostics.csv", index=False)

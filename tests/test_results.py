@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import bayes_scalerl as bs
-from bayes_scalerl.baseline import _fit_B, paper_fit_arrays
+from bayes_scalerl.analyses.baseline import _fit_B, paper_fit_arrays
 
 
 def test_datatree_layout(demo_fit):

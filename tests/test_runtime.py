@@ -15,7 +15,7 @@ import textwrap
 import jax.numpy as jnp
 import pytest
 
-from bayes_scalerl import runtime
+from bayes_scalerl.engine import runtime
 
 
 def _env(**changes: str | None) -> dict[str, str]:
@@ -50,7 +50,7 @@ _IMPORT_CHILD = """
     x64_before = bool(jax.config.jax_enable_x64)
     import jax.numpy as jnp
     import bayes_scalerl as bs
-    from bayes_scalerl import runtime
+    from bayes_scalerl.engine import runtime
 
     @runtime.x64
     def ours():
@@ -92,7 +92,7 @@ def test_import_does_not_configure_the_compilation_cache(tmp_path):
 
 _ENSURE_CHILD = """
     import json
-    from bayes_scalerl import runtime
+    from bayes_scalerl.engine import runtime
     {before}
     first = runtime.ensure_compilation_cache()
     import os

@@ -151,7 +151,7 @@ def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64):
     import jax
     from numpyro.infer import MCMC, NUTS
 
-    from bayes_scalerl.model import scalerl_numpyro_model
+    from bayes_scalerl.models.scalerl import scalerl_numpyro_model
 
     truth, df = _three_runs(3)
     runs = bs.Runs.from_frame(df).subset(["early"])
@@ -248,11 +248,11 @@ def test_a_runs_draws_do_not_depend_on_its_group_or_the_lanes():
 
 
 def test_the_samplers_threefry_is_jaxs_bit_for_bit():
-    """The written-out hash of :mod:`bayes_scalerl.nuts` equals ``jax.extend.random``'s."""
+    """The written-out hash of :mod:`bayes_scalerl.engine.nuts` equals ``jax.extend.random``'s."""
     import jax.extend.random as jr
     import jax.numpy as jnp
 
-    from bayes_scalerl.nuts import _threefry2x32
+    from bayes_scalerl.engine.nuts import _threefry2x32
 
     rng = np.random.default_rng(0)
     words = rng.integers(0, 2**32, size=(4, 500), dtype=np.uint64).astype(np.uint32)
@@ -272,7 +272,7 @@ def test_the_samplers_momentum_normals_are_standard_normal(float64):
     import jax.numpy as jnp
     from scipy import stats
 
-    from bayes_scalerl.nuts import _counter_words, _std_normal
+    from bayes_scalerl.engine.nuts import _counter_words, _std_normal
 
     key = jnp.asarray([7, 11], jnp.uint32)
     streams = jnp.arange(1, 21, dtype=jnp.uint32)

@@ -50,7 +50,8 @@ _CHILD = textwrap.dedent(
     jax.monitoring.register_event_duration_secs_listener(lambda name, d, **kw: secs.update({name: d}))
     import numpy as np
     import bayes_scalerl as bs
-    from bayes_scalerl import engine, runtime
+    from bayes_scalerl import engine
+    from bayes_scalerl.engine import runtime
     from bayes_scalerl.engine import checkpoint
 
     args = json.loads(sys.argv[1])
@@ -287,7 +288,8 @@ def test_ray_executor_gives_the_local_draws(data, reference):
 
 
 def test_cli_passes_checkpoint_and_executor_to_fit(tmp_path, monkeypatch, data):
-    from bayes_scalerl import cli, fitting
+    from bayes_scalerl import cli
+    from bayes_scalerl.posterior import fitting
 
     seen = {}
 

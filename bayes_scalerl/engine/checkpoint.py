@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import atomic_file
+from ..data.files import atomic_file
 
 __all__ = ["ChunkStore", "CheckpointMismatch"]
 

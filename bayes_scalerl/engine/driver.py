@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import runtime
+from . import runtime
 from .program import SamplerConfig
 
 __all__ = ["ChunkJob", "sample_window", "padded_inputs"]
@@ -125,7 +125,7 @@ class ChunkJob(NamedTuple):
 
 
 def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
-    """A :class:`~bayes_scalerl.data.FitWindow`'s arrays, points padded to a multiple of 8.
+    """A :class:`~bayes_scalerl.data.runs.FitWindow`'s arrays, points padded to a multiple of 8.
 
     ``n_eval=True`` adds the ``n_eval`` column (needed by the binomial likelihood).
     """
@@ -203,9 +203,9 @@ def _fingerprint(
 
 
 def _as_model(model):
-    """A model object; a :class:`~bayes_scalerl.priors.Priors` means the sigmoid with those priors."""
+    """A model object; a :class:`~bayes_scalerl.models.priors.Priors` means the sigmoid with those priors."""
     from ..models.base import BatchedModel
-    from ..priors import Priors
+    from ..models.priors import Priors
 
     if isinstance(model, Priors):
         from ..models.sigmoid import SigmoidModel
@@ -246,7 +246,7 @@ def sample_window(
     executor: Any = "local",
     checkpoint_dir: str | os.PathLike | None = None,
 ) -> dict[str, np.ndarray]:
-    """Sample every run of a :class:`~bayes_scalerl.data.FitWindow` under ``model``.
+    """Sample every run of a :class:`~bayes_scalerl.data.runs.FitWindow` under ``model``.
 
     Runs are cut into chunks of at most ``chunk_size`` and chunks into groups that run
     one compiled program each, round-robin over the local devices (see the module
@@ -261,7 +261,7 @@ def sample_window(
         Padded data from :meth:`Runs.window`.
     model : BatchedModel or Priors
         The model (:class:`~bayes_scalerl.models.base.BatchedModel`); a
-        :class:`~bayes_scalerl.priors.Priors` means the sigmoid with those priors.
+        :class:`~bayes_scalerl.models.priors.Priors` means the sigmoid with those priors.
     config : SamplerConfig
     chunk_size : int
         Most runs per chunk (bounds memory: a chunk's draws are moved to NumPy, and

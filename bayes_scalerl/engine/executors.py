@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import runtime
+from . import runtime
 from .program import compiled_program
 
 __all__ = ["LocalExecutor", "RayExecutor", "resolve_executor", "run_chunk"]

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..nuts import NutsSettings, sample_queue
+from .nuts import NutsSettings, sample_queue
 
 __all__ = ["SamplerConfig", "STATS", "compiled_program", "trace_count"]
 

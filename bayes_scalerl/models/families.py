@@ -37,8 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model import GainConditional, log_diff_ndtr, truncnorm_draw
-from ..priors import Priors
+from .priors import Priors
+from .scalerl import GainConditional, log_diff_ndtr, truncnorm_draw
 
 __all__ = ["FamilyData", "PowerModel", "ExponentialModel", "gain_marginal", "exp_coords"]
 
@@ -106,7 +106,7 @@ def gain_marginal(s, y, mask, R0, sigma, upper) -> GainConditional:
     With ``y_i - R0 = g s_i + eps_i``, ``eps_i ~ Normal(0, sigma)`` over the points in
     ``mask`` and ``g ~ Uniform(0, upper)``, the conditional of ``g`` is a normal truncated
     to ``(0, upper)`` and ``log_norm = log p(y | s, sigma, R0)`` (``g`` integrated out).
-    The algebra of :func:`bayes_scalerl.model.gain_conditional` for a uniform prior, for
+    The algebra of :func:`bayes_scalerl.models.scalerl.gain_conditional` for a uniform prior, for
     any vector of gain fractions ``s`` (one run, no run axis).
     """
     m = jnp.asarray(mask).astype(jnp.result_type(s, float))

@@ -1,7 +1,7 @@
 """The ScaleRL sigmoid as a :class:`~bayes_scalerl.models.base.BatchedModel`.
 
 The density, its data-anchored coordinates and the exact conditional of ``A`` are in
-:mod:`bayes_scalerl.model`; this class hands them to the engine with the priors bound.
+:mod:`bayes_scalerl.models.scalerl`; this class hands them to the engine with the priors bound.
 Each chain's reported draws refresh ``sigma`` from its exact conditional and then draw
 ``A`` exactly given the rest (Rao-Blackwellisation), both steps leaving the posterior
 invariant.
@@ -18,18 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.stats import t as student_t
 
-from ..curve import scalerl_curve
-from ..model import (
-    RunData,
-    constrain,
-    draw_A,
-    log_density,
-    make_run_data,
-    n_dim,
-    refresh_sigma,
-)
-from ..priors import Priors
 from .base import uniform_init
+from .curve import scalerl_curve
+from .priors import Priors
+from .scalerl import RunData, constrain, draw_A, log_density, make_run_data, n_dim, refresh_sigma
 
 __all__ = ["SigmoidModel"]
 
@@ -43,7 +35,7 @@ class SigmoidModel:
     Parameters
     ----------
     priors : Priors
-        Priors and likelihood (see :class:`~bayes_scalerl.priors.Priors`).
+        Priors and likelihood (see :class:`~bayes_scalerl.models.priors.Priors`).
     """
 
     priors: Priors = field(default_factory=Priors)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ..data import Runs
+from ..data.runs import Runs
 
 __all__ = ["observed_arrays", "pointwise_loglik", "build_datatree", "STAT_NAMES"]
 

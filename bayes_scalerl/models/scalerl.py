@@ -59,7 +59,7 @@ seeds; 5% quantile of bulk ESS about 1,000), and converged runs on the calibrati
 curves, half-rise anchor against midpoint: 87% and 88% (Gaussian on binomial curves),
 80% and 80% (binomial), 89% and 96% (Gaussian on Student-t curves), 88% and 96%
 (Gaussian on AR(1) curves), 35% and 43% (AR(1)).
-The priors are those of :class:`~bayes_scalerl.priors.Priors` on ``B``, ``C_mid``,
+The priors are those of :class:`~bayes_scalerl.models.priors.Priors` on ``B``, ``C_mid``,
 ``A`` and ``sigma``; the Jacobian of the map is part of the density.
 """
 

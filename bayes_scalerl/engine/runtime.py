@@ -15,7 +15,7 @@ applied later, by the package's own entry points:
   :func:`set_compilation_cache` sets it explicitly at any time.
 
 (``use_all_cpu_cores``, which must run before JAX starts its backends, is in
-:mod:`bayes_scalerl.devices`.)
+:mod:`bayes_scalerl.engine.devices`.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``fit``: from a :class:`~bayes_scalerl.data.Runs` to a :class:`~bayes_scalerl.results.FitResult`."""
+"""``fit``: from a :class:`~bayes_scalerl.data.Runs` to a :class:`~bayes_scalerl.posterior.FitResult`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from . import __version__, runtime
+from .. import __version__
+from ..data.runs import DataError, Runs, in_likelihood
+from ..engine import STATS, SamplerConfig, runtime, sample_window
+from ..models.discrepancy import Discrepancy
+from ..models.hierarchical import HierDraws, HierIndex, HierPriors, hierarchy_index, sample_hierarchical
+from ..models.priors import Priors
+from ..models.sigmoid import SigmoidModel
+from .assemble import build_datatree
 from .calibration import calibrate
-from .data import DataError, Runs, in_likelihood
-from .engine import STATS, SamplerConfig, sample_window
-from .hierarchical import HierDraws, HierIndex, HierPriors, hierarchy_index, sample_hierarchical
-from .models.discrepancy import Discrepancy
-from .models.sigmoid import SigmoidModel
-from .posterior.assemble import build_datatree
-from .priors import Priors
 from .results import FitResult
 
 __all__ = ["fit"]
@@ -77,7 +77,7 @@ def fit(
         ``"independent"``: every run on its own (batched). ``"hierarchical"``: runs of a
         recipe (the ``recipe`` column) are seeds pooled around the recipe's parameters,
         recipes around a population, runs with several tasks share ``B`` and ``C_mid``
-        (see :mod:`bayes_scalerl.hierarchical`); one joint NUTS run. ``R0`` is not fitted.
+        (see :mod:`bayes_scalerl.models.hierarchical`); one joint NUTS run. ``R0`` is not fitted.
     hier_priors : HierPriors, optional
         Priors of the hierarchical model (default :class:`HierPriors()`).
     executor : {"local", "ray"} or executor object

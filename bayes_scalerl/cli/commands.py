@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, runtime
-from .data import DataError
-from .priors import LIKELIHOODS
+from .. import __version__
+from ..data.runs import DataError
+from ..engine import runtime
+from ..models.priors import LIKELIHOODS
 
 __all__ = ["main", "build_parser", "entry"]
 
@@ -147,7 +148,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
 
 
 def _add_input_options(p: argparse.ArgumentParser) -> None:
-    from .readers import FORMATS
+    from ..data.readers import FORMATS
 
     g = p.add_argument_group("input (see README: input formats)")
     g.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: auto-detect)")
@@ -166,7 +167,7 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def _read_input(args):
-    from .readers import read_any
+    from ..data.readers import read_any
 
     def one(v):
         return v[0] if isinstance(v, list) and len(v) == 1 else v
@@ -297,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _params(text: str) -> list[str]:
-    from .comparisons import PARAMS
+    from ..analyses.comparisons import PARAMS
 
     values = [v.strip() for v in text.split(",") if v.strip()]
     bad = [v for v in values if v not in PARAMS]
@@ -338,8 +339,8 @@ _reward = _strictly_between_0_and_1("reward")
 
 
 def _run_backtest(args) -> int:
-    from .backtest import backtest
-    from .priors import Priors
+    from ..analyses.backtest import backtest
+    from ..models.priors import Priors
 
     runs = _read_input(args)
     bt = backtest(
@@ -373,8 +374,8 @@ def _run_backtest(args) -> int:
 
 
 def _run_identify(args) -> int:
-    from .identify import budget_sweep, prior_sensitivity
-    from .priors import Priors
+    from ..analyses.identify import budget_sweep, prior_sensitivity
+    from ..models.priors import Priors
 
     runs = _read_input(args)
     kw = dict(
@@ -413,9 +414,9 @@ def _run_identify(args) -> int:
 
 
 def _run_compare(args) -> int:
-    from . import comparisons as cmp
-    from .io import atomic_output_dir
-    from .results import FitResult
+    from ..analyses import comparisons as cmp
+    from ..data.files import atomic_output_dir
+    from ..posterior.results import FitResult
 
     fitdir = Path(args.fitdir)
     result = FitResult.load(_posterior_path(fitdir))
@@ -463,7 +464,7 @@ def _check_recipes_and_task(result, fitdir: Path, args) -> None:
     """Refuse recipe and task names the fit does not have (user input, exit status 2)."""
     import numpy as np
 
-    from .comparisons import recipe_names
+    from ..analyses.comparisons import recipe_names
 
     names = recipe_names(result)
     for opt, x in (("--a", args.a), ("--b", args.b)):
@@ -480,7 +481,7 @@ def _check_recipes_and_task(result, fitdir: Path, args) -> None:
 
 
 def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
-    from .fitting import fit
+    from ..posterior.fitting import fit
 
     kw = dict(min_compute=args.min_compute, fit_until=args.fit_until)
     for k, v in (defaults or {}).items():
@@ -489,7 +490,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     # validate the window before sampling, so bad input writes nothing
     runs.window(min_compute=kw["min_compute"], fit_until=kw["fit_until"])
     t0 = time.perf_counter()
-    from .priors import Priors
+    from ..models.priors import Priors
 
     result = fit(
         runs,
@@ -505,7 +506,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         executor=args.executor,
         **kw,
     )
-    from .outputs import write_fit_folder_tables
+    from ..report.outputs import write_fit_folder_tables
 
     _, summary, diag = write_fit_folder_tables(result, Path(args.out), args.predict)
     took = time.perf_counter() - t0
@@ -584,14 +585,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "identify":
         return _run_identify(args)
     if args.command == "report":
-        from .report import write_report
+        from ..report.report import write_report
 
         _posterior_path(Path(args.fitdir))
         paths = write_report(args.fitdir, out=args.out)
         print(f"report: {paths['html']} and {paths['markdown']}")
         return 0
     if args.command == "demo":
-        from .data import Runs
+        from ..data.runs import Runs
         from .demo import DEMO_FIT_UNTIL, DEMO_MIN_COMPUTE, demo_runs
 
         print(
@@ -613,8 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
-    from .devices import use_all_cpu_cores
-    from .engine.checkpoint import CheckpointMismatch
+    from ..engine.checkpoint import CheckpointMismatch
+    from ..engine.devices import use_all_cpu_cores
 
     use_all_cpu_cores()
     if args.command in ("fit", "demo", "backtest", "identify"):

@@ -32,9 +32,9 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
-from .data import DataError, FitWindow, Runs
-from .model import RunData, gain_conditional, make_run_data, truncnorm_draw
+from ..data.runs import DataError, FitWindow, Runs
 from .priors import Priors
+from .scalerl import RunData, gain_conditional, make_run_data, truncnorm_draw
 
 __all__ = ["HierPriors", "HierIndex", "hierarchy_index", "hierarchical_model", "sample_hierarchical"]
 

@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..data.files import atomic_output_dir
+from ..engine import runtime
+from ..posterior.results import FitResult
 from . import plots as _plots
-from . import runtime
-from .io import atomic_output_dir
 from .outputs import IDENTIFIABILITY_COLUMNS, fit_diagnostics
-from .results import FitResult
 
 __all__ = ["write_report"]
 

@@ -20,8 +20,8 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from .curve import compute_to_reach, scalerl_curve
-from .results import FitResult
+from ..models.curve import compute_to_reach, scalerl_curve
+from ..posterior.results import FitResult
 
 __all__ = [
     "recipe_names",

@@ -16,7 +16,7 @@ Three predictors are compared on the same points:
     residuals is refitted ``bootstrap`` times; each predictive draw is one refitted
     curve plus one more resampled residual.
 
-Scores (see :mod:`bayes_scalerl.scoring`): coverage of the central 50% and 90%
+Scores (see :mod:`bayes_scalerl.analyses.scoring`): coverage of the central 50% and 90%
 intervals, CRPS and the absolute error of the predictive median.
 """
 
@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..data.runs import MIN_POINTS, DataError, Runs, in_likelihood
+from ..models.curve import scalerl_curve
+from ..models.priors import Priors
+from ..posterior.fitting import fit
+from ..posterior.results import FitResult
 from .baseline import paper_fit
-from .curve import scalerl_curve
-from .data import MIN_POINTS, DataError, Runs, in_likelihood
-from .fitting import fit
-from .priors import Priors
-from .results import FitResult
 from .scoring import crps_from_draws
 
 __all__ = ["Backtest", "backtest", "METHODS"]
@@ -58,7 +58,7 @@ _CARRIED = ("training_run", "task", "recipe", "seed")
 #: Arguments of :func:`fit` that the backtest sets itself.
 _RESERVED = ("min_compute", "fit_until", "seed")
 
-# The default grids of :func:`bayes_scalerl.baseline.paper_fit_arrays`.
+# The default grids of :func:`bayes_scalerl.analyses.baseline.paper_fit_arrays`.
 _A_STEP = 0.005
 _A_LATTICE = np.round(np.arange(200) * _A_STEP, 3)  # 0.000, 0.005, ..., 0.995
 _B_GRID = np.exp(np.linspace(np.log(0.05), np.log(20.0), 120))
@@ -70,7 +70,7 @@ _DESCENT_STEPS = 200  # most lattice steps of the final descent
 
 # ---------------------------------------------------------------------- least squares, batched
 def _refine_B(Z: np.ndarray, g: np.ndarray, B: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares ``B`` by Gauss-Newton (as :func:`bayes_scalerl.baseline._fit_B`); returns ``(B, rss)``.
+    """Least-squares ``B`` by Gauss-Newton (as :func:`.baseline._fit_B`); returns ``(B, rss)``.
 
     ``Z`` is ``y - R0`` with shape ``(b, 1, n)``; ``g = A - R0``, ``B`` and ``d = log c - log C_mid``
     broadcast to ``(b, k, n)`` (``g`` and ``B`` with a trailing axis of 1 for ``n``).
@@ -89,7 +89,7 @@ def _refine_B(Z: np.ndarray, g: np.ndarray, B: np.ndarray, d: np.ndarray) -> tup
 def _grid_fit_batch(compute: np.ndarray, Y: np.ndarray, R0: float, *, chunk: int = 256) -> dict:
     """The paper's grid fit of one run, for many reward vectors at once.
 
-    Same grids as :func:`~bayes_scalerl.baseline.paper_fit_arrays` (its default ``A``
+    Same grids as :func:`~bayes_scalerl.analyses.baseline.paper_fit_arrays` (its default ``A``
     lattice, worked out per reward vector; 100 ``C_mid`` values from ``c_max / 80`` to
     ``5 c_max``; 120 log-spaced ``B`` from 0.05 to 20 refined by Gauss-Newton), with the
     search reorganised so that it vectorises over reward vectors:
@@ -324,14 +324,14 @@ class Backtest:
         """Write ``backtest.csv`` (:meth:`wide`) and ``scores.csv`` into ``out_dir`` atomically.
 
         The files are written to a temporary folder and moved into ``out_dir`` only when
-        both are complete (:func:`bayes_scalerl.io.atomic_output_dir`).
+        both are complete (:func:`bayes_scalerl.data.files.atomic_output_dir`).
 
         Returns
         -------
         pathlib.Path
             ``out_dir``.
         """
-        from .io import atomic_output_dir
+        from ..data.files import atomic_output_dir
 
         with atomic_output_dir(out_dir) as tmp:
             self.wide().to_csv(tmp / "backtest.csv", index=False)
@@ -652,7 +652,7 @@ def backtest(
     Examples
     --------
     >>> import bayes_scalerl as bs
-    >>> from bayes_scalerl.backtest import backtest
+    >>> from bayes_scalerl.analyses.backtest import backtest
     >>> bt = backtest(bs.demo_runs(), fraction=0.5, min_compute=1500)  # doctest: +SKIP
     >>> bt.scores                                                     # doctest: +SKIP
     >>> bt.write("backtest-out")                                      # doctest: +SKIP

@@ -1,4 +1,4 @@
-"""Readers that turn training logs into validated :class:`~bayes_scalerl.data.Runs`.
+"""Readers that turn training logs into validated :class:`~bayes_scalerl.data.runs.Runs`.
 
 Four input formats, one function each, and :func:`read_any` to choose among them:
 
@@ -17,9 +17,9 @@ of ``gpus`` (GPU-hours = seconds / 3600 * gpus) or ``gpu_hours_per_step``
 :mod:`fnmatch` patterns or a list of them; when several metrics match, each becomes its
 own curve and the table gets a ``task`` column holding the metric name.
 
-Bad input raises :class:`~bayes_scalerl.data.DataError` naming the file, the line or row
+Bad input raises :class:`~bayes_scalerl.data.runs.DataError` naming the file, the line or row
 and what is wrong. Nothing is dropped silently: every line, cell or event left out is
-counted in :attr:`Runs.notes <bayes_scalerl.data.Runs>`, one readable sentence each.
+counted in :attr:`Runs.notes <bayes_scalerl.data.runs.Runs>`, one readable sentence each.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from .data import DataError, Runs
+from .runs import DataError, Runs
 
 __all__ = ["FORMATS", "read_any", "read_table", "read_tensorboard", "read_verl", "read_wandb_csv"]
 

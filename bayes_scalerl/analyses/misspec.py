@@ -51,7 +51,7 @@ Examples
 --------
 >>> import numpy as np
 >>> import bayes_scalerl as bs
->>> from bayes_scalerl.misspec import simulate_scenario
+>>> from bayes_scalerl.analyses.misspec import simulate_scenario
 >>> df = simulate_scenario(np.random.default_rng(0), "creep", "ar1", 4)
 >>> runs = bs.Runs.from_frame(df[["run", "compute", "reward"]])
 >>> runs.n_runs

@@ -21,7 +21,7 @@ a high ceiling reached late and a low one reached early fit the same points (the
 Examples
 --------
 >>> import bayes_scalerl as bs
->>> from bayes_scalerl.identify import budget_sweep, identifiability, prior_sensitivity
+>>> from bayes_scalerl.analyses.identify import budget_sweep, identifiability, prior_sensitivity
 >>> runs = bs.read_runs("curves.csv")                        # doctest: +SKIP
 >>> identifiability(bs.fit(runs))                             # doctest: +SKIP
 >>> sweep = budget_sweep(runs, tolerance=0.02)                # doctest: +SKIP
@@ -45,10 +45,10 @@ import pandas as pd
 import xarray as xr
 from scipy import stats
 
-from .data import MIN_POINTS, DataError, Runs, in_likelihood
-from .fitting import fit
-from .priors import Priors
-from .results import FitResult
+from ..data.runs import MIN_POINTS, DataError, Runs, in_likelihood
+from ..models.priors import Priors
+from ..posterior.fitting import fit
+from ..posterior.results import FitResult
 
 __all__ = [
     "BudgetSweep",
@@ -437,7 +437,7 @@ class BudgetSweep:
         """Write ``identify.csv`` (:attr:`table`), ``widths.csv`` and ``widths.png`` atomically.
 
         The files go to a temporary folder first and are moved into ``out_dir`` only
-        when all are complete (:func:`bayes_scalerl.io.atomic_output_dir`).
+        when all are complete (:func:`bayes_scalerl.data.files.atomic_output_dir`).
 
         Parameters
         ----------
@@ -450,7 +450,7 @@ class BudgetSweep:
         pathlib.Path
             ``out_dir``.
         """
-        from .io import atomic_output_dir
+        from ..data.files import atomic_output_dir
 
         with atomic_output_dir(out_dir) as tmp:
             self.table.to_csv(tmp / "identify.csv", index=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .curve import scalerl_curve
+from ..models.curve import scalerl_curve
 
 __all__ = ["simulate_runs", "random_truth", "random_recipes"]
 

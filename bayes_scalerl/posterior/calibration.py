@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from .data import MIN_POINTS, Runs, in_likelihood
-from .engine import sample_window
-from .models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
+from ..data.runs import MIN_POINTS, Runs, in_likelihood
+from ..engine import sample_window
+from ..models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -128,7 +128,7 @@ def calibrate(
         mu = model.mean(grid[:, None, :], params, R0, None)  # run, sample, q
         var = mu.var(axis=1) + np.mean(params["sigma"] ** 2, axis=1)
         if priors.likelihood == "binomial" and "n_eval" in held.columns:
-            from .model import binomial_variance
+            from ..models.scalerl import binomial_variance
 
             nv = np.ones_like(grid)
             nv[valid] = held["n_eval"].to_numpy(float)

@@ -1,4 +1,4 @@
-"""Reading run tables from files and writing files and output folders atomically.
+"""Writing files and output folders atomically.
 
 Files written atomically (a temporary file or folder, then a rename) get the permissions a
 plain ``open(path, "w")`` would give them, ``0o666`` less the process umask: the temporary
@@ -14,38 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pandas as pd
-
-from .data import DataError, Runs
-
-__all__ = ["read_runs", "atomic_output_dir", "atomic_file", "new_file_mode"]
-
-
-def read_runs(path: str | os.PathLike) -> Runs:
-    """Read and validate a CSV or Parquet file of runs (``run, compute, reward``, ...).
-
-    Raises
-    ------
-    DataError
-        If the file is missing, unreadable, of an unknown type, or its table is invalid;
-        the message names the file.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such file.")
-    suffix = path.suffix.lower()
-    try:
-        if suffix in (".csv", ".txt"):
-            frame = pd.read_csv(path)
-        elif suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(path)
-        else:
-            raise DataError(f"{path}: unknown file type {suffix!r}; use .csv or .parquet.")
-    except DataError:
-        raise
-    except Exception as exc:  # parser errors of every kind
-        raise DataError(f"{path}: could not be read ({type(exc).__name__}: {exc}).") from exc
-    return Runs.from_frame(frame, source=str(path))
+__all__ = ["atomic_output_dir", "atomic_file", "new_file_mode"]
 
 
 def _umask() -> int:

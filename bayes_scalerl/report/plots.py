@@ -1,6 +1,6 @@
 """Plots in the paper's style: log compute, fit window solid, extrapolation dotted.
 
-Every function takes a :class:`~bayes_scalerl.results.FitResult` and returns a
+Every function takes a :class:`~bayes_scalerl.posterior.results.FitResult` and returns a
 :class:`matplotlib.figure.Figure` (close it with ``plt.close(fig)`` when done). Colours
 are the Okabe-Ito palette, which stays distinguishable with colour-blindness; runs
 overlaid in one panel also differ by marker shape, so figures read in greyscale print.
@@ -23,8 +23,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from .curve import linearised  # noqa: E402
-from .results import FitResult  # noqa: E402
+from ..models.curve import linearised  # noqa: E402
+from ..posterior.results import FitResult  # noqa: E402
 
 __all__ = ["plot_curves", "plot_forest", "plot_linearised"]
 
@@ -643,7 +643,7 @@ def plot_linearised(
     """The paper's linearised view, on which the sigmoid is a line of slope ``B``.
 
     Each point is drawn at ``(C, log((R - R0) / (A - R)))`` (see
-    :func:`bayes_scalerl.curve.linearised`) with ``A`` (and ``R0`` when fitted) the run's
+    :func:`bayes_scalerl.models.curve.linearised`) with ``A`` (and ``R0`` when fitted) the run's
     posterior median; the line is ``B (log C - log C_mid)`` at the posterior medians of
     ``B`` and ``C_mid``, solid in the fit window and dotted beyond, crossing zero at
     ``C_mid``. The compute axis is logarithmic, so the x position is ``log C``. Points

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import runtime
-from .io import atomic_output_dir
-from .results import FitResult
+from ..data.files import atomic_output_dir
+from ..engine import runtime
+from ..posterior.results import FitResult
 
 __all__ = [
     "write_fit_folder",
@@ -59,7 +59,7 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
     with runtime.x64():
         diag = result.diagnostics()
         if _model(result) == "independent":
-            from .identify import identifiability
+            from ..analyses.identify import identifiability
 
             ident = identifiability(result)
             diag = diag.merge(ident[["run", *IDENTIFIABILITY_COLUMNS]], on="run", how="left")
@@ -95,8 +95,8 @@ def write_fit_folder_tables(
         diag.to_csv(tmp / names["diagnostics"], index=False)
         result.save(tmp / names["posterior"])
         if _model(result) == "hierarchical":
-            from .comparisons import recipe_summary
-            from .diagnostics import sampler_diagnostics
+            from ..analyses.comparisons import recipe_summary
+            from ..posterior.diagnostics import sampler_diagnostics
 
             names["recipes"] = "recipes.csv"
             names["sampler"] = "sampler.csv"

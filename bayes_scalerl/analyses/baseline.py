@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .curve import gain_fraction
-from .data import Runs
+from ..data.runs import Runs
+from ..models.curve import gain_fraction
 
 __all__ = ["paper_fit", "paper_fit_arrays", "PAPER_A_GRID"]
 

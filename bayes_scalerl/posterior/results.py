@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .curve import scalerl_curve
+from ..models.curve import scalerl_curve
+from ..models.discrepancy import discrepancy_shape
 from .diagnostics import convergence, run_diagnostics
-from .models.discrepancy import discrepancy_shape
 
 __all__ = ["FitResult", "QUANTILES"]
 
@@ -57,7 +57,7 @@ class FitResult:
     @property
     def model(self):
         """The model the fit sampled (a :class:`~bayes_scalerl.models.base.BatchedModel`)."""
-        from .models import model_from_spec
+        from ..models import model_from_spec
 
         settings = self.settings
         spec = settings.get("model_spec") or {"model": "sigmoid", "priors": settings.get("priors") or {}}
@@ -117,8 +117,8 @@ class FitResult:
         -------
         pandas.DataFrame
             Columns ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``; R-hat and bulk
-            ESS as :func:`bayes_scalerl.diagnostics.convergence` (ArviZ's definitions; for
-            ``A`` with the calibrated discrepancy, of the sampler's own draws ``A - delta``).
+            ESS as :func:`bayes_scalerl.posterior.diagnostics.convergence` (ArviZ's definitions;
+            for ``A`` with the calibrated discrepancy, of the sampler's own draws ``A - delta``).
         """
         names = list(var_names) if var_names is not None else self.var_names
         conv = self._convergence(names)
@@ -148,7 +148,7 @@ class FitResult:
         return pd.concat(parts, ignore_index=True)[cols]
 
     def diagnostics(self) -> pd.DataFrame:
-        """Per-run diagnostics (see :func:`bayes_scalerl.diagnostics.run_diagnostics`).
+        """Per-run diagnostics (see :func:`bayes_scalerl.posterior.diagnostics.run_diagnostics`).
 
         Computed once per result; each call returns a copy.
         """
@@ -230,7 +230,7 @@ class FitResult:
             noise = sigma * rng.standard_t(priors.get("nu", 4.0), mu.shape)
         elif likelihood == "binomial":
             # a new evaluation with the run's median number of graded generations
-            from .model import binomial_variance
+            from ..models.scalerl import binomial_variance
 
             n_ref = np.nanmedian(self.dt["constant_data"]["n_eval"].values[idx], axis=1)[:, None, None]
             var = sigma**2 + binomial_variance(np.clip(mu, 0.0, 1.0), n_ref)
@@ -332,7 +332,7 @@ class FitResult:
     # ------------------------------------------------------------------ I/O
     def save(self, path: str | os.PathLike) -> Path:
         """Write the DataTree to netCDF atomically (a temporary file, then a rename)."""
-        from .io import atomic_file
+        from ..data.files import atomic_file
 
         path = Path(path)
         with atomic_file(path) as tmp:

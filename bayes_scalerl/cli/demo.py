@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .simulate import simulate_runs
+from ..analyses.simulate import simulate_runs
 
 __all__ = ["demo_truth", "demo_runs", "DEMO_FIT_UNTIL", "DEMO_MIN_COMPUTE"]
 

@@ -1,0 +1,5 @@
+"""``python -m bayes_scalerl.cli``: the ``bayes-scalerl`` command line."""
+
+from .commands import entry
+
+entry()
