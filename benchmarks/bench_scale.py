@@ -106,6 +106,7 @@ def main() -> None:
     jax.monitoring.register_event_duration_secs_listener(lambda name, d, **kw: _SECS.update({name: d}))
     dev = jax.devices()[0]
     group = args.group_size or driver._default_group_size(dev.platform, args.chunk_size)
+    runtime.ensure_compilation_cache()  # what the first fit would switch on: the header reports it
     lines = [
         f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPU cores, "
         f"JAX devices: {len(jax.devices())} x {dev.platform} ({dev.device_kind}); CPU devices: {n_cpu}",
