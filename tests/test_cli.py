@@ -258,11 +258,6 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
         (["identify", "x.csv", "--out", "o", "--fractions", "0.5,2"], ["--fractions", "(0, 1]"]),
         (["identify", "x.csv", "--out", "o", "--n-future", "-1"], ["--n-future", "non-negative"]),
         (["compare", "f", "--params", "A,reward"], ["--params reward needs --budget"]),
-        (
-            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--checkpoint-dir", "ck"],
-            ["independent"],
-        ),
-        (["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--executor", "ray"], ["independent"]),
         (["demo", "--model", "hierarchical", "--likelihood", "student_t"], ["Gaussian likelihood only"]),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -80,10 +81,16 @@ def test_layout_and_round_trip(hier_fit, tmp_path):
     assert post["A_recipe"].dims == ("chain", "draw", "recipe")
     assert post["A_seed_sd"].dims == ("chain", "draw")
     assert list(post["recipe"].values) == [f"recipe{i:03d}" for i in range(6)]
-    assert hier_fit.dt["sample_stats"]["diverging"].dims == ("chain", "draw")
+    # sampler statistics per run: the independent fits the proposals come from, and how
+    # often the pooled chains moved each run
+    ss = hier_fit.dt["sample_stats"]
+    assert ss["diverging"].dims == ("chain", "draw", "run")
+    moved = ss["pool_moved"].values
+    assert moved.shape == (4, 300, 18) and np.all((moved >= 0) & (moved <= 1))
+    assert moved.mean() > 0.3  # measured 0.74-0.84 per run on this study
     assert hier_fit.settings["model"] == "hierarchical"
     d = hier_fit.diagnostics()
-    assert len(d) == 18 and (d.divergences == d.divergences.iloc[0]).all()
+    assert len(d) == 18
     back = bs.FitResult.load(hier_fit.save(tmp_path / "h.nc"))
     np.testing.assert_array_equal(back.dt["posterior"]["A_recipe"].values, post["A_recipe"].values)
     # A is drawn inside (R0, 1) for every run
@@ -94,17 +101,87 @@ def test_layout_and_round_trip(hier_fit, tmp_path):
 def test_pooled_fit_is_sampled_cleanly(hier_fit):
     sd = sampler_diagnostics(hier_fit.dt)
     assert set(sd.variable) >= {"A", "A_recipe", "A_seed_sd", "B_seed_sd", "C_mid_recipe_sd"}
-    # Measured over seeds 0-15 of this fit: 12-14 of 16 fits have no divergent transition,
-    # the others 1-3 of their 1,200 draws (this seed: 3; exactly which seeds depends on
-    # the last bits of the arithmetic, see the note on issue 2). A non-centred seed level
-    # keeps them that rare; the centred one, the known bad geometry, gave dozens.
-    assert sd.divergences.iloc[0] <= 6  # at most 0.5% of the draws
-    # CI's short chains (4 x 300 draws) leave R-hat of the slowest hyperparameters (the seed
-    # spreads) at 1.01-1.04 run to run; a centred seed level, the known bad geometry, gave 1.10
-    # and dozens of divergences on this data. The <= 1.01 target is measured with the defaults
-    # in benchmarks/compare_recipes.py.
+    # divergences are those of the 18 independent fits the proposals come from (4 x 300
+    # draws each); the independent sampler has about one run in 200 with any
+    assert sd.divergences.iloc[0] <= 6
+    # CI's short chains (4 x 300 draws) leave R-hat of the slowest parameters (a weakly
+    # identified recipe and its seeds) at 1.01-1.03; the <= 1.01 target is measured with
+    # the defaults in benchmarks/hierarchical_scale.py.
     assert sd.r_hat_max.max() < 1.05
     assert sd.ess_bulk_min.min() > 100
+
+
+def _agree_with_the_joint_sampler(runs, seed, ref_seed):
+    """Posterior means and quantiles of the pooled sampler against the joint NumPyro sampler.
+
+    The reference must have converged itself: NumPyro's joint NUTS leaves a chain stuck on
+    some seeds of these studies (seed 5 of the first with 500 warm-up iterations: step size
+    1e-4, ``A = 1``; seed 1 of the second: R-hat of ``A_pop`` 1.54), which the check below
+    reports; the seeds used here converged (R-hat <= 1.008).
+    """
+    from bayes_scalerl.engine import runtime
+    from bayes_scalerl.models.hierarchical import HierPriors, sample_hierarchical
+    from bayes_scalerl.posterior.diagnostics import convergence
+
+    res = bs.fit(runs, min_compute=1500, model="hierarchical", seed=seed, warmup=500, samples=1000)
+    with runtime.x64():
+        hd = sample_hierarchical(
+            jax.random.key(seed),
+            runs.window(min_compute=1500),
+            hierarchy_index(runs),
+            HierPriors(),
+            num_warmup=500,
+            num_samples=1000,
+        )
+    post = res.dt["posterior"]
+    pairs = {k: (post[k].values, hd.hyper[k]) for k in hd.hyper}
+    A_r = post["A_recipe"].values
+    pairs["A_recipe"] = (A_r if A_r.ndim == 4 else A_r[..., None], hd.recipe["A_recipe"])
+    pairs["B_recipe"] = (post["B_recipe"].values, hd.recipe["B_recipe"])
+    pairs["C_mid_recipe"] = (post["C_mid_recipe"].values, hd.recipe["C_mid_recipe"])
+    for k in ("A", "B", "C_mid", "sigma"):
+        pairs[k] = (post[k].values, hd.curve[k])
+    worst, where = 0.0, None
+    for name, (a, b) in pairs.items():
+        if name.startswith(("B", "C", "sigma")) or name.endswith("_sd"):  # skewed: compare logs
+            a, b = np.log(a), np.log(b)
+        a, b = a.reshape(a.shape[:2] + (-1,)), b.reshape(b.shape[:2] + (-1,))
+        ca, cb = convergence(a), convergence(b)
+        assert np.all(cb["r_hat"] < 1.02), ("the reference did not converge", name, cb["r_hat"])
+        sa, sb = a.std(axis=(0, 1)), b.std(axis=(0, 1))
+        # difference of means in Monte Carlo standard errors (each sd / sqrt(bulk ESS))
+        z = (a.mean(axis=(0, 1)) - b.mean(axis=(0, 1))) / np.sqrt(
+            sa**2 / ca["ess_bulk"] + sb**2 / cb["ess_bulk"]
+        )
+        if np.max(np.abs(z)) > worst:
+            worst, where = float(np.max(np.abs(z))), (name, "mean", int(np.argmax(np.abs(z))))
+        # the spread, through the 10% and 90% quantiles (robust to the heavy tails of the
+        # spreads' and population means' posteriors, which make the sd's MC error large):
+        # a quantile's MC sd is about sd sqrt(p (1 - p) / ESS) / phi(z_p) = 1.71 sd / sqrt(ESS)
+        for q in (0.1, 0.9):
+            se = 1.71 * np.sqrt(sa**2 / ca["ess_tail"] + sb**2 / cb["ess_tail"])
+            zq = (np.quantile(a, q, axis=(0, 1)) - np.quantile(b, q, axis=(0, 1))) / se
+            if np.max(np.abs(zq)) > worst:
+                worst, where = float(np.max(np.abs(zq))), (name, q, int(np.argmax(np.abs(zq))))
+    # over about 180 compared means and quantiles, |z| > 4.5 happens by chance with
+    # probability ~1e-3 (draws within a study are correlated, so fewer independent tests)
+    assert worst < 4.5, (worst, where)
+
+
+def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
+    _agree_with_the_joint_sampler(study[1], seed=5, ref_seed=1)
+
+
+def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks():
+    rng = np.random.default_rng(21)
+    truth = random_recipes(rng, 3, 2, A=(0.5, 0.6))
+    frames = []
+    for task, shift in (("math", 0.0), ("code", -0.12)):
+        t = truth.assign(A=truth["A"] + shift, task=task)
+        frames.append(
+            bs.simulate_runs(t, GRID, np.random.default_rng(len(task) + 3), extra_columns=("recipe", "task"))
+        )
+    _agree_with_the_joint_sampler(bs.Runs.from_frame(pd.concat(frames)), seed=6, ref_seed=2)
 
 
 def test_pooling_lowers_the_error_of_each_runs_asymptote(study, hier_fit, indep_fit):
@@ -163,3 +240,20 @@ def test_model_argument_is_checked(study):
         bs.fit(study[1], model="pooled")
     with pytest.raises(ValueError, match="R0"):
         bs.fit(study[1], model="hierarchical", priors=bs.Priors(R0_fitted=True))
+
+
+def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_path):
+    from bayes_scalerl import engine
+
+    kw = dict(min_compute=1500, model="hierarchical", seed=2, warmup=60, samples=60, chunk_size=8)
+    plain = bs.fit(study[1], **kw)
+    ckpt = tmp_path / "ckpt"
+    first = bs.fit(study[1], checkpoint_dir=ckpt, **kw)
+    assert sorted(p.name for p in ckpt.glob("chunk-*.npz")) == [f"chunk-{i:06d}.npz" for i in range(3)]
+    traces = engine.trace_count()
+    again = bs.fit(study[1], checkpoint_dir=ckpt, **kw)
+    assert engine.trace_count() == traces  # the independent fits were read back, not sampled
+    for res in (first, again):
+        for name in ("A", "B", "A_recipe", "C_mid_seed_sd"):
+            want = plain.dt["posterior"][name].values
+            np.testing.assert_array_equal(res.dt["posterior"][name].values, want)

@@ -553,11 +553,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                     parser.error(f"argument --out: {parent} is a file, not a folder")
                 break
     if args.command in ("fit", "demo"):
-        if args.model == "hierarchical":
-            if args.checkpoint_dir is not None or args.executor != "local":
-                parser.error("--checkpoint-dir and --executor ray apply to --model independent only")
-            if args.likelihood != "gaussian":
-                parser.error("--model hierarchical has a Gaussian likelihood only (--likelihood gaussian)")
+        if args.model == "hierarchical" and args.likelihood != "gaussian":
+            parser.error("--model hierarchical has a Gaussian likelihood only (--likelihood gaussian)")
         if args.executor == "ray":
             import importlib.util
 

@@ -5,8 +5,9 @@ the sigmoid's log density in the sampler's unconstrained coordinates with the ex
 conditional of the gain (:mod:`.scalerl`), the batched models the engine samples, which
 implement :class:`~bayes_scalerl.models.base.BatchedModel` (the sigmoid, :mod:`.sigmoid`;
 the power and exponential families, :mod:`.families`), the discrepancy beyond the data
-(:mod:`.discrepancy`), and the hierarchical model of seeds within recipes with its NumPyro
-sampler (:mod:`.hierarchical`). It imports only :mod:`bayes_scalerl.data` from the package.
+(:mod:`.discrepancy`), the hierarchical model of seeds within recipes with its reference
+NumPyro sampler (:mod:`.hierarchical`) and the blocked Gibbs sampler the fits use
+(:mod:`.pooling`). It imports only :mod:`bayes_scalerl.data` from the package.
 """
 
 from .base import BatchedModel, uniform_init
@@ -21,6 +22,7 @@ from .discrepancy import (
 )
 from .families import ExponentialModel, FamilyData, PowerModel, exp_coords, gain_marginal
 from .hierarchical import HierIndex, HierPriors, hierarchical_model, hierarchy_index, sample_hierarchical
+from .pooling import PoolData, pool_data, sample_pooled
 from .priors import LIKELIHOODS, Priors
 from .scalerl import (
     Constrained,
@@ -48,6 +50,7 @@ __all__ = [
     "HierIndex",
     "HierPriors",
     "LIKELIHOODS",
+    "PoolData",
     "PowerModel",
     "Priors",
     "RunData",
@@ -70,11 +73,13 @@ __all__ = [
     "log_diff_ndtr",
     "make_run_data",
     "model_from_spec",
+    "pool_data",
     "refresh_sigma",
     "scalerl_curve",
     "scale_posteriors",
     "scale_summary",
     "sample_hierarchical",
+    "sample_pooled",
     "scalerl_numpyro_model",
     "truncnorm_draw",
     "uniform_init",

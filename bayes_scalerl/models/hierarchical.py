@@ -17,6 +17,13 @@ while each task keeps its own asymptote. As in the independent model, each curve
 ``A`` is integrated out analytically (its prior given the recipe is a truncated
 normal) and drawn exactly afterwards, so the seed-level funnel in ``A`` never reaches
 the sampler. ``R0`` is each curve's first evaluation.
+
+``fit(model="hierarchical")`` samples this posterior with the blocked Gibbs sampler of
+:mod:`bayes_scalerl.models.pooling`, which starts from every curve's independent fit on
+the engine and scales with the number of runs. :func:`sample_hierarchical` samples it
+with NumPyro's NUTS on the joint density of :func:`hierarchical_model` (one program for
+the whole study, recompiled per call): it is the reference the tests compare the pooled
+sampler with.
 """
 
 from __future__ import annotations
@@ -267,6 +274,9 @@ def sample_hierarchical(
     progress: bool = False,
 ) -> HierDraws:
     """Sample the hierarchical posterior with NumPyro's NUTS and draw each curve's ``A``.
+
+    The reference sampler (see the module docstring); fits use
+    :mod:`bayes_scalerl.models.pooling`.
 
     Parameters
     ----------

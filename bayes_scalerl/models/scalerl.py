@@ -89,6 +89,7 @@ __all__ = [
     "refresh_sigma",
     "draw_A",
     "log_diff_ndtr",
+    "point_fractions",
     "truncnorm_draw",
     "scalerl_numpyro_model",
 ]
@@ -321,8 +322,12 @@ def log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.where(width < 1e-5, narrow, diff)
 
 
-def _fraction(log_B: jax.Array, log_C_mid: jax.Array, data: RunData) -> jax.Array:
-    """Gain fraction at each of the run's points (0 at compute 0), last axis the points."""
+def point_fractions(log_B: jax.Array, log_C_mid: jax.Array, data: RunData) -> jax.Array:
+    """Gain fraction at each of the run's points (0 at compute 0), last axis the points.
+
+    ``log_B`` and ``log_C_mid`` broadcast against the points' leading axes (add a trailing
+    axis to evaluate several runs or draws at once).
+    """
     x = jnp.exp(log_B) * (data.log_c - log_C_mid)
     return jnp.where(data.positive, jax.nn.sigmoid(x), 0.0)
 
@@ -368,7 +373,7 @@ def gain_conditional(
     Student-t likelihood is a normal scale mixture, so given the latent precisions the
     gain is still integrated out in closed form.
     """
-    s = _fraction(log_B, log_C_mid, data)
+    s = point_fractions(log_B, log_C_mid, data)
     m = data.mask.astype(s.dtype)
     r = data.y - R0
     n = m.sum()
@@ -496,7 +501,7 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     p = constrain(z, data, priors)
     if priors.likelihood != "gaussian":
         return p.sigma
-    frac = _fraction(p.log_B[..., None], p.log_C_mid[..., None], data)
+    frac = point_fractions(p.log_B[..., None], p.log_C_mid[..., None], data)
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
     rss = jnp.sum(m * resid * resid, axis=-1)

@@ -7,17 +7,17 @@ import os
 import jax
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from .. import __version__
 from ..data.runs import DataError, Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime, sample_window
 from ..models.discrepancy import Discrepancy
-from ..models.hierarchical import HierDraws, HierIndex, HierPriors, hierarchy_index, sample_hierarchical
+from ..models.hierarchical import HierPriors, hierarchy_index
 from ..models.priors import Priors
 from ..models.sigmoid import SigmoidModel
 from .assemble import build_datatree
 from .calibration import calibrate
+from .hierarchy import sample_two_stage
 from .results import FitResult
 
 __all__ = ["fit"]
@@ -64,9 +64,9 @@ def fit(
     seed : int
         Seed of the PRNG key; the same seed and data give the same draws.
     target_accept, max_tree_depth : float, int, optional
-        NUTS settings (defaults: 0.9 and 8 for independent fits (``target_accept`` 0.99 with
-        the AR(1) likelihood, which diverged in 23% of runs at 0.9), 0.95 and 10 for the
-        hierarchical model).
+        NUTS settings (defaults: 0.9 and 8; ``target_accept`` 0.99 with the AR(1)
+        likelihood, which diverged in 23% of runs at 0.9). The hierarchical model uses them
+        for the independent fits its sampler starts from.
     chunk_size : int
         Most runs per compiled call.
     log_likelihood : bool
@@ -77,15 +77,17 @@ def fit(
         ``"independent"``: every run on its own (batched). ``"hierarchical"``: runs of a
         recipe (the ``recipe`` column) are seeds pooled around the recipe's parameters,
         recipes around a population, runs with several tasks share ``B`` and ``C_mid``
-        (see :mod:`bayes_scalerl.models.hierarchical`); one joint NUTS run. ``R0`` is not fitted.
+        (see :mod:`bayes_scalerl.models.hierarchical`), sampled by the independent fit of
+        every run on the engine followed by the blocked Gibbs sampler of
+        :mod:`bayes_scalerl.models.pooling`. ``R0`` is not fitted.
     hier_priors : HierPriors, optional
         Priors of the hierarchical model (default :class:`HierPriors()`).
     executor : {"local", "ray"} or executor object
-        Where chunks run (independent model): ``"local"`` (this process's devices) or
+        Where chunks run: ``"local"`` (this process's devices) or
         ``"ray"`` (one Ray task per chunk; see :mod:`bayes_scalerl.executors`). Draws
         do not depend on it.
     checkpoint_dir : str or os.PathLike, optional
-        Folder where each finished chunk is written (independent model); a fit run again
+        Folder where each finished chunk is written; a fit run again
         with the same inputs and folder skips the finished chunks and gives the same
         result. A folder of a different fit is refused (see
         :func:`bayes_scalerl.engine.sample_window`).
@@ -129,15 +131,11 @@ def fit(
     if model == "hierarchical" and priors.R0_fitted:
         raise ValueError("the hierarchical model takes R0 from each run's first evaluation; R0_fitted=False")
     hierarchical = model == "hierarchical"
+    idx = hierarchy_index(runs) if hierarchical else None
     if target_accept is None:
-        target_accept = 0.95 if hierarchical else (0.99 if priors.likelihood == "ar1" else 0.9)
+        target_accept = 0.99 if priors.likelihood == "ar1" else 0.9
     if max_tree_depth is None:
-        max_tree_depth = 10 if hierarchical else 8
-    if hierarchical and (executor != "local" or checkpoint_dir is not None):
-        raise ValueError(
-            "the hierarchical model is one joint sampler: executor and checkpoint_dir apply to "
-            "independent fits only"
-        )
+        max_tree_depth = 8
     if hierarchical and priors.likelihood != "gaussian":
         raise ValueError("the hierarchical model has a Gaussian likelihood only")
     if priors.likelihood == "binomial" and "n_eval" not in runs.table.columns:
@@ -174,40 +172,6 @@ def fit(
     def in_fit(c):
         return in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
 
-    if hierarchical:
-        hp = hier_priors or HierPriors()
-        idx = hierarchy_index(runs)
-        hd = sample_hierarchical(
-            jax.random.key(seed),
-            window,
-            idx,
-            hp,
-            num_chains=int(chains),
-            num_warmup=int(warmup),
-            num_samples=int(samples),
-            target_accept=float(target_accept),
-            max_tree_depth=int(max_tree_depth),
-            progress=bool(progress),
-        )
-        extra_posterior, extra_coords = _hier_posterior(hd, idx)
-        post = {k: np.moveaxis(v, -1, 0) for k, v in hd.curve.items()}  # (run, chain, draw)
-        sample_stats = xr.Dataset(
-            {k: (("chain", "draw"), v) for k, v in hd.stats.items()},
-            coords={"chain": np.arange(chains), "draw": np.arange(samples)},
-        )
-        dt = build_datatree(
-            runs,
-            window,
-            model_obj,
-            post,
-            in_fit=in_fit,
-            settings=settings,
-            sample_stats=sample_stats,
-            extra_posterior=extra_posterior,
-            extra_coords=extra_coords,
-            log_likelihood=log_likelihood,
-        )
-        return FitResult(dt)
     config = SamplerConfig(int(chains), int(warmup), int(samples), float(target_accept), int(max_tree_depth))
     engine_kw = dict(
         chunk_size=chunk_size,
@@ -216,6 +180,31 @@ def fit(
         group_size=group_size,
         executor=executor,
     )
+    if hierarchical:
+        hp = hier_priors or HierPriors()
+        hf = sample_two_stage(
+            jax.random.key(seed),
+            window,
+            idx,
+            hp,
+            model_obj,
+            config,
+            {**engine_kw, "checkpoint_dir": checkpoint_dir},
+        )
+        dt = build_datatree(
+            runs,
+            window,
+            model_obj,
+            hf["post"],
+            in_fit=in_fit,
+            settings=settings,
+            stats=hf["stats"],
+            extra_posterior=hf["extra_posterior"],
+            extra_coords=hf["extra_coords"],
+            log_likelihood=log_likelihood,
+        )
+        dt["sample_stats"] = dt["sample_stats"].to_dataset().assign(hf["extra_stats"])
+        return FitResult(dt)
     draws = sample_window(
         jax.random.key(seed), window, model_obj, config, checkpoint_dir=checkpoint_dir, **engine_kw
     )
@@ -258,23 +247,3 @@ def fit(
         constants=constants,
     )
     return FitResult(dt)
-
-
-def _hier_posterior(hd: HierDraws, idx: HierIndex) -> tuple[dict, dict]:
-    """Recipe- and population-level posterior variables with their dims and coordinates."""
-    one_task = len(idx.tasks) == 1
-    cd = ("chain", "draw")
-    out = {}
-    A_r = hd.recipe["A_recipe"]
-    out["A_recipe"] = (cd + ("recipe",), A_r[..., 0]) if one_task else (cd + ("recipe", "task"), A_r)
-    out["B_recipe"] = (cd + ("recipe",), hd.recipe["B_recipe"])
-    out["C_mid_recipe"] = (cd + ("recipe",), hd.recipe["C_mid_recipe"])
-    for k, v in hd.hyper.items():
-        if k == "A_pop":
-            out[k] = (cd, v[..., 0]) if one_task else (cd + ("task",), v)
-        else:
-            out[k] = (cd, v)
-    coords = {"recipe": np.array(idx.recipes, dtype=str)}
-    if not one_task:
-        coords["task"] = np.array(idx.tasks, dtype=str)
-    return out, coords

@@ -1,0 +1,632 @@
+"""A blocked Gibbs sampler of the hierarchical model, with proposals from the independent fits.
+
+The posterior is that of :mod:`bayes_scalerl.models.hierarchical` (the joint NumPyro
+model is kept there as the reference; tests check that both agree). Its levels are
+updated in turn, each block given the others, every update leaving the posterior
+invariant:
+
+1. **each training run's** ``(log B, log C_mid)``, with every one of its curves' ``A``
+   integrated out analytically (the likelihood is Gaussian in the gain ``g = A - R0``):
+   an independence Metropolis-Hastings step from a Gaussian approximation of the run's
+   conditional (its independent fit's posterior, which the engine already computed,
+   combined with the seed-level prior), then a random-walk step with that covariance;
+2. **each curve's** ``A``: an exact draw from its truncated-normal conditional;
+3. **each curve's** ``sigma``: an independence step from its conjugate gamma proposal;
+4. **each recipe with its seeds**: a joint translation of the recipe's ``(A, log B,
+   log C_mid)`` and of every one of its seeds by the same offset (the seeds' deviations
+   unchanged), the move that a centred Gibbs sampler lacks when a recipe's seeds are
+   weakly identified and strongly pooled;
+5. **the recipe means**: conjugate normal draws (``A`` with an exact correction for each
+   curve's truncation to ``(R0, 1)``);
+6. **the population means**, conjugate, and **the spreads**: an independence step from
+   the conjugate gamma proposal and a random-walk step in ``log sd``.
+
+Every step is a vectorised operation over runs, curves or recipes: a sweep costs a few
+passes over the data, no gradient and no tree. Several tasks per training run (one
+``B`` and ``C_mid`` shared by several curves, each with its own ``A`` and ``sigma``) are
+handled by summing the curves' log-likelihoods per training run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .hierarchical import HierIndex, HierPriors
+from .scalerl import RunData, log_diff_ndtr, point_fractions, truncnorm_draw
+
+__all__ = ["PoolData", "PoolState", "pool_data", "sample_pooled", "SD_NAMES"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+#: Translation moves of every recipe per sweep.
+N_TRANSLATE = 5
+
+#: Names of the six spreads, in the order of :attr:`PoolState.sd`.
+SD_NAMES = ("A_recipe_sd", "A_seed_sd", "B_recipe_sd", "B_seed_sd", "C_mid_recipe_sd", "C_mid_seed_sd")
+
+
+class PoolData(NamedTuple):
+    """Everything stage 2 needs, as arrays (curve = one run on one task).
+
+    Attributes
+    ----------
+    data : RunData
+        The curves' fitted points (leading curve axis).
+    train, recipe, task : array of int, shape (curve,)
+        Each curve's training run, recipe and task.
+    train_recipe : array of int, shape (train,)
+    prop_mean, prop_prec, prop_lin : array, shapes (train, 2), (train, 2, 2), (train, 2)
+        Gaussian approximation of each training run's likelihood of ``(log B, log C_mid)``
+        from its curves' independent fits (mean, precision, precision times mean).
+    init_lB, init_lC, init_sigma, init_A : array
+        Independent-fit draws to start chains from: (train, k), (train, k), (curve, k), (curve, k).
+    step : array, shape (recipe, 3, 3)
+        Cholesky factor of the covariance of the recipe translation move in ``(A, log B,
+        log C_mid)``: that of the mean of the recipe's curves under their independent fits.
+    log_c_ref : array, shape ()
+        Prior median of the population ``log C_mid``.
+    Syy, n_pts : array, shape (curve,)
+        Each curve's ``sum (y - R0)^2`` and number of fitted points.
+    """
+
+    data: RunData
+    train: jax.Array
+    recipe: jax.Array
+    task: jax.Array
+    train_recipe: jax.Array
+    prop_mean: jax.Array
+    prop_prec: jax.Array
+    prop_lin: jax.Array
+    init_lB: jax.Array
+    init_lC: jax.Array
+    init_sigma: jax.Array
+    init_A: jax.Array
+    step: jax.Array
+    log_c_ref: jax.Array
+    Syy: jax.Array
+    n_pts: jax.Array
+
+
+class Sizes(NamedTuple):
+    """The static sizes of a pooled fit (they shape the compiled program)."""
+
+    n_train: int
+    n_recipe: int
+    n_task: int
+
+
+class PoolState(NamedTuple):
+    """One chain's state."""
+
+    lB: jax.Array  # (train,)
+    lC: jax.Array  # (train,)
+    A: jax.Array  # (curve,)
+    sigma: jax.Array  # (curve,)
+    A_r: jax.Array  # (recipe, task)
+    lB_r: jax.Array  # (recipe,)
+    lC_r: jax.Array
+    A_pop: jax.Array  # (task,)
+    lB_pop: jax.Array  # ()
+    lC_pop: jax.Array
+    sd: jax.Array  # (6,), SD_NAMES
+    log_scale: jax.Array  # (recipe,) translation step scale, adapted in warm-up only
+    log_sstep: jax.Array  # (3,) log steps of the A, B, C_mid seed-spread rescalings, adapted in warm-up
+    Ss: jax.Array  # (curve,) sum s^2 at the current (log B, log C_mid)
+    Sy: jax.Array  # (curve,) sum s (y - R0)
+
+
+def pool_data(
+    data: RunData,
+    idx: HierIndex,
+    log_B: np.ndarray,
+    log_C: np.ndarray,
+    sigma: np.ndarray,
+    A: np.ndarray,
+    hp: HierPriors,
+) -> PoolData:
+    """Stage-2 inputs from the curves' independent-fit draws, each of shape (curve, draw).
+
+    Parameters
+    ----------
+    data : RunData
+        The curves' fitted points, batched (the same window the draws were fitted on).
+    idx : HierIndex
+    log_B, log_C, sigma, A : ndarray, shape (curve, draw)
+        The independent fit's draws.
+    hp : HierPriors
+    """
+    n_train = len(idx.training_runs)
+    x = np.stack([log_B, log_C], axis=-1)  # curve, draw, 2
+    mean = x.mean(axis=1)
+    dev = x - mean[:, None, :]
+    cov = np.einsum("cdi,cdj->cij", dev, dev) / max(x.shape[1] - 1, 1)
+    cov += np.eye(2) * 1e-8
+    prec_c = np.linalg.inv(cov)
+    # a training run's curves share log B and log C_mid: combine their Gaussians
+    prec = np.zeros((n_train, 2, 2))
+    lin = np.zeros((n_train, 2))
+    np.add.at(prec, idx.curve_train, prec_c)
+    np.add.at(lin, idx.curve_train, np.einsum("cij,cj->ci", prec_c, mean))
+    prop_mean = np.linalg.solve(prec, lin[..., None])[..., 0]
+    first = np.array([np.flatnonzero(idx.curve_train == t)[0] for t in range(n_train)])
+    # the translation of a recipe: the covariance of its curves' mean under their fits
+    n_rec = len(idx.recipes)
+    seeds = np.bincount(idx.curve_recipe, minlength=n_rec).astype(float)
+    y = np.stack([A, log_B, log_C], axis=-1)
+    dy = y - y.mean(axis=1, keepdims=True)
+    cov3 = np.einsum("cdi,cdj->cij", dy, dy) / max(y.shape[1] - 1, 1)
+    rcov = np.zeros((n_rec, 3, 3))
+    np.add.at(rcov, idx.curve_recipe, cov3)
+    rcov = rcov / seeds[:, None, None] ** 2 + np.eye(3) * 1e-10
+    step = np.linalg.cholesky(rcov)
+    log_c_ref = (
+        math.log(hp.C_mid_median)
+        if hp.C_mid_median is not None
+        else float(np.log(np.median(np.exp(np.asarray(data.log_c_mid_loc)))))
+    )
+    m = jnp.asarray(data.mask, dtype=jnp.float64)
+    r = data.y - data.R0[:, None]
+    f = lambda a: jnp.asarray(a, dtype=jnp.float64)  # noqa: E731
+    i = lambda a: jnp.asarray(a, dtype=jnp.int32)  # noqa: E731
+    return PoolData(
+        data,
+        i(idx.curve_train),
+        i(idx.curve_recipe),
+        i(idx.curve_task),
+        i(idx.train_recipe),
+        f(prop_mean),
+        f(prec),
+        f(lin),
+        f(log_B[first]),
+        f(log_C[first]),
+        f(sigma),
+        f(A),
+        f(step),
+        f(log_c_ref),
+        f(jnp.sum(m * r * r, -1)),
+        f(jnp.sum(m, -1)),
+    )
+
+
+def _sd_scales(hp: HierPriors) -> jax.Array:
+    return jnp.array(
+        [
+            hp.A_recipe_sd_scale,
+            hp.A_seed_sd_scale,
+            hp.B_recipe_sd_scale,
+            hp.B_seed_sd_scale,
+            hp.C_mid_recipe_sd_scale,
+            hp.C_mid_seed_sd_scale,
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------- likelihood pieces
+
+
+def _sums(lB, lC, pd: PoolData):
+    """Per curve, at each training run's ``(log B, log C_mid)``: ``sum s^2`` and ``sum s (y - R0)``."""
+    data = pd.data
+    s = point_fractions(lB[pd.train][:, None], lC[pd.train][:, None], data)
+    m = data.mask.astype(s.dtype)
+    ms = m * s
+    return jnp.sum(ms * s, -1), jnp.sum(ms * (data.y - data.R0[:, None]), -1)
+
+
+def _gain_given(Ss, Sy, sigma, mu0, tau, upper):
+    """The gain's conditional (mean, sd) and ``log`` of its likelihood integrated against
+    Normal(mu0, tau) truncated to (0, upper), less the terms free of ``B`` and ``C_mid``."""
+    var = sigma**2
+    P = Ss / var + 1.0 / tau**2
+    h = Sy / var + mu0 / tau**2
+    mean, sd = h / P, 1.0 / jnp.sqrt(P)
+    log_mass = log_diff_ndtr(-mean / sd, (upper - mean) / sd)
+    return 0.5 * h * mean - 0.5 * jnp.log(P) + log_mass, mean, sd
+
+
+def _log_trunc(A_loc, sd, R0):
+    """``log`` of the mass of Normal(A_loc, sd) on (R0, 1)."""
+    return log_diff_ndtr((R0 - A_loc) / sd, (1.0 - A_loc) / sd)
+
+
+def _loglik_explicit(Ss, Sy, Syy, n, g, sigma):
+    """Gaussian log-likelihood of each curve given its gain ``g``."""
+    rss = Syy - 2.0 * g * Sy + g * g * Ss
+    return -0.5 * rss / sigma**2 - n * jnp.log(sigma)
+
+
+# ---------------------------------------------------------------------------- the blocks
+
+
+def _train_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
+    """Step 1: each training run's (log B, log C_mid), its curves' A integrated out."""
+    d = pd.data
+    R0, upper = d.R0, 1.0 - d.R0
+    rt = pd.train_recipe
+    sA, sB, sC = s.sd[1], s.sd[3], s.sd[5]
+    mu0 = s.A_r[pd.recipe, pd.task] - R0
+    prior_mean = jnp.stack([s.lB_r[rt], s.lC_r[rt]], -1)
+    prior_prec = jnp.stack([1.0 / sB**2, 1.0 / sC**2])
+    # Gaussian approximation of the conditional: the fits' likelihoods times the seed prior
+    # (2 x 2 algebra written out: batched LAPACK calls cost more than the arithmetic)
+    a = pd.prop_prec[:, 0, 0] + prior_prec[0]
+    b = pd.prop_prec[:, 0, 1]
+    c = pd.prop_prec[:, 1, 1] + prior_prec[1]
+    rhs = pd.prop_lin + prior_prec * prior_mean
+    det = a * c - b * b
+    mean = jnp.stack([c * rhs[:, 0] - b * rhs[:, 1], a * rhs[:, 1] - b * rhs[:, 0]], -1) / det[:, None]
+    # the covariance's Cholesky factor [[l00, 0], [l10, l11]] from the precision's entries
+    v00, v01, v11 = c / det, -b / det, a / det
+    l00 = jnp.sqrt(v00)
+    l10 = v01 / l00
+    l11 = jnp.sqrt(jnp.maximum(v11 - l10 * l10, 1e-300))
+
+    def chol_mul(e):  # L e
+        return jnp.stack([l00 * e[:, 0], l10 * e[:, 0] + l11 * e[:, 1]], -1)
+
+    def chol_solve(x):  # L^-1 x
+        e0 = x[:, 0] / l00
+        return jnp.stack([e0, (x[:, 1] - l10 * e0) / l11], -1)
+
+    def log_target(x, sums=None):
+        Ss, Sy = _sums(x[:, 0], x[:, 1], pd) if sums is None else sums
+        lm = _gain_given(Ss, Sy, s.sigma, mu0, sA, upper)[0]
+        lp = -0.5 * jnp.sum(prior_prec * (x - prior_mean) ** 2, -1)
+        return lp + jax.ops.segment_sum(lm, pd.train, z.n_train), Ss, Sy
+
+    def log_q(x):  # the independence proposal: the approximation widened 1.5 times
+        e = chol_solve(x - mean) / 1.5
+        return -0.5 * jnp.sum(e * e, -1)
+
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    x = jnp.stack([s.lB, s.lC], -1)
+    lt, Ss, Sy = log_target(x, (s.Ss, s.Sy))
+
+    def accept(ok, prop, lt_p, Ss_p, Sy_p, x, lt, Ss, Sy):
+        ok_c = ok[pd.train]
+        return (
+            jnp.where(ok[:, None], prop, x),
+            jnp.where(ok, lt_p, lt),
+            jnp.where(ok_c, Ss_p, Ss),
+            jnp.where(ok_c, Sy_p, Sy),
+        )
+
+    prop = mean + 1.5 * chol_mul(jax.random.normal(k1, x.shape))
+    lt_p, Ss_p, Sy_p = log_target(prop)
+    ok = jnp.log(jax.random.uniform(k2, lt.shape)) < (lt_p - log_q(prop)) - (lt - log_q(x))
+    moved = ok
+    x, lt, Ss, Sy = accept(ok, prop, lt_p, Ss_p, Sy_p, x, lt, Ss, Sy)
+    prop = x + 0.9 * chol_mul(jax.random.normal(k3, x.shape))
+    lt_p, Ss_p, Sy_p = log_target(prop)
+    ok = jnp.log(jax.random.uniform(k4, lt.shape)) < lt_p - lt
+    x, lt, Ss, Sy = accept(ok, prop, lt_p, Ss_p, Sy_p, x, lt, Ss, Sy)
+    return s._replace(lB=x[:, 0], lC=x[:, 1], Ss=Ss, Sy=Sy), (moved | ok).astype(x.dtype)
+
+
+def _curve_block(key, s: PoolState, pd: PoolData, hp: HierPriors):
+    """Steps 2 and 3: each curve's A (exact) and sigma (an independence step)."""
+    d = pd.data
+    R0, upper = d.R0, 1.0 - d.R0
+    k1, k2 = jax.random.split(key)
+    Ss, Sy, Syy, n = s.Ss, s.Sy, pd.Syy, pd.n_pts
+    _, mean, sd = _gain_given(Ss, Sy, s.sigma, s.A_r[pd.recipe, pd.task] - R0, s.sd[1], upper)
+    g = truncnorm_draw(k1, mean, sd, upper)
+    rss = jnp.maximum(Syy - 2.0 * g * Sy + g * g * Ss, 1e-300)
+    # sigma^-n exp(-rss / (2 sigma^2)) times its half-normal prior
+    sigma = _sd_update(k2, s.sigma, rss, n, hp.sigma_scale, rw_step=0.0)
+    return s._replace(A=R0 + g, sigma=sigma)
+
+
+def _translate_block(key, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
+    """Step 4: shift each recipe and all its seeds by one offset in (A, log B, log C_mid)."""
+    d = pd.data
+    R0 = d.R0
+    k1, k2 = jax.random.split(key)
+    eps = jax.random.normal(k1, pd.step.shape[:2])
+    delta = jnp.exp(s.log_scale)[:, None] * jnp.einsum("rij,rj->ri", pd.step, eps)  # recipe, 3
+    rt = pd.train_recipe
+    sA_r, sA, sB_r, sC_r = s.sd[0], s.sd[1], s.sd[2], s.sd[4]
+    lB_new, lC_new = s.lB + delta[rt, 1], s.lC + delta[rt, 2]
+    A_new = s.A + delta[pd.recipe, 0]
+    Ar_new = s.A_r + delta[:, :1]
+    inside = (A_new > R0) & (A_new < 1.0)
+
+    def curve_ll(Ss, Sy, A, A_r):
+        ll = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
+        return ll - _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
+
+    Ss_new, Sy_new = _sums(lB_new, lC_new, pd)
+    diff = curve_ll(Ss_new, Sy_new, A_new, Ar_new) - curve_ll(s.Ss, s.Sy, s.A, s.A_r)
+    log_r = jax.ops.segment_sum(jnp.where(inside, diff, -jnp.inf), pd.recipe, z.n_recipe)
+
+    def prior(A_r, lB_r, lC_r):
+        lp = -0.5 * jnp.sum((A_r - s.A_pop[None]) ** 2, -1) / sA_r**2
+        lp += -0.5 * (lB_r - s.lB_pop) ** 2 / sB_r**2 - 0.5 * (lC_r - s.lC_pop) ** 2 / s.sd[4] ** 2
+        return lp
+
+    log_r += prior(Ar_new, s.lB_r + delta[:, 1], s.lC_r + delta[:, 2]) - prior(s.A_r, s.lB_r, s.lC_r)
+    ok = jnp.log(jax.random.uniform(k2, (z.n_recipe,))) < log_r
+    ok_t, ok_c = ok[rt], ok[pd.recipe]
+    del sC_r
+    if adapt:  # warm-up only: aim at a quarter of the moves accepted
+        s = s._replace(
+            log_scale=jnp.clip(s.log_scale + 0.2 * (jnp.minimum(jnp.exp(log_r), 1.0) - 0.25), -6.0, 2.0)
+        )
+    return s._replace(
+        lB=jnp.where(ok_t, lB_new, s.lB),
+        lC=jnp.where(ok_t, lC_new, s.lC),
+        A=jnp.where(ok_c, A_new, s.A),
+        Ss=jnp.where(ok_c, Ss_new, s.Ss),
+        Sy=jnp.where(ok_c, Sy_new, s.Sy),
+        A_r=jnp.where(ok[:, None], Ar_new, s.A_r),
+        lB_r=jnp.where(ok, s.lB_r + delta[:, 1], s.lB_r),
+        lC_r=jnp.where(ok, s.lC_r + delta[:, 2], s.lC_r),
+    ), ok.astype(jnp.float64)
+
+
+def _normal_draw(key, prior_mean, prior_sd, total, count, like_sd):
+    """Normal mean with a Normal prior, given ``count`` values of sum ``total`` and sd ``like_sd``."""
+    prec = 1.0 / prior_sd**2 + count / like_sd**2
+    mean = (prior_mean / prior_sd**2 + total / like_sd**2) / prec
+    return mean + jax.random.normal(key, jnp.shape(mean)) / jnp.sqrt(prec)
+
+
+def _sd_update(key, sd, ss, n, scale, extra=None, rw_step=0.3):
+    """Scales (any shape): an independence step, then a random-walk step, in ``u = log sd``.
+
+    The target of each is ``sd^-n exp(-ss / (2 sd^2))`` times its half-normal prior of
+    scale ``scale`` times ``exp(extra(sd))`` (``extra`` maps the array of scales to an
+    array of log factors; None: none). The independence proposal is the normal
+    approximation of the first two factors in ``u`` (mode ``log(ss / (n - 1)) / 2``, sd
+    ``1 / sqrt(2 (n - 1))``), widened 1.3 times; it is used where ``n >= 2``.
+    """
+    extra = extra or (lambda x: 0.0)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    u = jnp.log(sd)
+
+    def target(v):
+        x = jnp.exp(v)
+        return -(n - 1.0) * v - 0.5 * ss * jnp.exp(-2.0 * v) - 0.5 * (x / scale) ** 2 + extra(x)
+
+    nm = jnp.maximum(n - 1.0, 1.0)
+    mode = 0.5 * jnp.log(jnp.maximum(ss, 1e-300) / nm)
+    width = 1.3 / jnp.sqrt(2.0 * nm)
+    prop = mode + width * jax.random.normal(k1, jnp.shape(u))
+
+    def log_q(v):
+        return -0.5 * ((v - mode) / width) ** 2
+
+    log_r = (target(prop) - log_q(prop)) - (target(u) - log_q(u))
+    ok = (n >= 2) & (jnp.log(jax.random.uniform(k2, jnp.shape(u))) < log_r)
+    u = jnp.where(ok, prop, u)
+    if rw_step:
+        prop = u + rw_step * jax.random.normal(k3, jnp.shape(u))
+        ok = jnp.log(jax.random.uniform(k4, jnp.shape(u))) < target(prop) - target(u)
+        u = jnp.where(ok, prop, u)
+    return jnp.exp(u)
+
+
+def _levels_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
+    """Steps 5 and 6: recipe means, population means, spreads."""
+    R0 = pd.data.R0
+    keys = jax.random.split(key, 8)
+    sA_r, sA, sB_r, sB, sC_r, sC = (s.sd[i] for i in range(6))
+    rt = pd.train_recipe
+    n_per_t = jax.ops.segment_sum(jnp.ones_like(s.lB), rt, z.n_recipe)
+    lB_r = _normal_draw(keys[0], s.lB_pop, sB_r, jax.ops.segment_sum(s.lB, rt, z.n_recipe), n_per_t, sB)
+    lC_r = _normal_draw(keys[1], s.lC_pop, sC_r, jax.ops.segment_sum(s.lC, rt, z.n_recipe), n_per_t, sC)
+    # A of each (recipe, task): conjugate proposal, corrected for the curves' truncation
+    cell = pd.recipe * z.n_task + pd.task
+    n_cell = z.n_recipe * z.n_task
+    shape = (z.n_recipe, z.n_task)
+    total = jax.ops.segment_sum(s.A, cell, n_cell).reshape(shape)
+    count = jax.ops.segment_sum(jnp.ones_like(s.A), cell, n_cell).reshape(shape)
+    A_prop = _normal_draw(keys[2], s.A_pop[None, :], sA_r, total, count, sA)
+    log_r = jax.ops.segment_sum(
+        _log_trunc(s.A_r[pd.recipe, pd.task], sA, R0) - _log_trunc(A_prop[pd.recipe, pd.task], sA, R0),
+        cell,
+        n_cell,
+    ).reshape(shape)
+    A_r = jnp.where(jnp.log(jax.random.uniform(keys[3], shape)) < log_r, A_prop, s.A_r)
+    A_pop = _normal_draw(keys[4], hp.A_pop_loc, hp.A_pop_scale, A_r.sum(0), z.n_recipe, sA_r)
+    lB_pop = _normal_draw(keys[5], math.log(hp.B_median), hp.B_log_sd, lB_r.sum(), z.n_recipe, sB_r)
+    lC_pop = _normal_draw(keys[6], pd.log_c_ref, hp.C_mid_log_sd, lC_r.sum(), z.n_recipe, sC_r)
+    dA = s.A - A_r[pd.recipe, pd.task]
+    ss = jnp.stack(
+        [
+            jnp.sum((A_r - A_pop[None]) ** 2),
+            jnp.sum(dA**2),
+            jnp.sum((lB_r - lB_pop) ** 2),
+            jnp.sum((s.lB - lB_r[rt]) ** 2),
+            jnp.sum((lC_r - lC_pop) ** 2),
+            jnp.sum((s.lC - lC_r[rt]) ** 2),
+        ]
+    )
+    n_curve = s.A.shape[0]
+    n = jnp.array([z.n_recipe * z.n_task, n_curve, z.n_recipe, z.n_train, z.n_recipe, z.n_train], jnp.float64)
+    scales = _sd_scales(hp)
+    A_loc = A_r[pd.recipe, pd.task]
+    onehot = jnp.zeros(6).at[1].set(1.0)
+
+    def extra(x):  # the A seed spread also sets each curve's truncation mass
+        return -onehot * jnp.sum(_log_trunc(A_loc, x[1], R0))
+
+    sd = _sd_update(keys[7], s.sd, ss, n, scales, extra)
+    return s._replace(A_r=A_r, lB_r=lB_r, lC_r=lC_r, A_pop=A_pop, lB_pop=lB_pop, lC_pop=lC_pop, sd=sd)
+
+
+def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
+    """Rescale each seed spread with every seed's deviation from its recipe (non-centred).
+
+    One move each for ``A``, ``B`` and ``C_mid``; the seeds' prior densities and the
+    Jacobian cancel, leaving the likelihood, the spread's prior and (for ``A``) each
+    curve's truncation mass. The log step of each is adapted in warm-up only.
+    """
+    R0 = pd.data.R0
+    rt = pd.train_recipe
+    keys = jax.random.split(key, 6)
+    scales = _sd_scales(hp)
+    A_loc = s.A_r[pd.recipe, pd.task]
+
+    def ll(Ss, Sy, A, sA):
+        out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
+        return jnp.sum(out - _log_trunc(A_loc, sA, R0))
+
+    def hn(x, scale):  # half-normal prior in log-sd coordinates
+        return -0.5 * (x / scale) ** 2 + jnp.log(x)
+
+    base = ll(s.Ss, s.Sy, s.A, s.sd[1])
+    steps = s.log_sstep
+    rates = []
+    for m, (i_sd, which) in enumerate(((3, "B"), (5, "C"))):  # B and C_mid seed spreads
+        c = jnp.exp(jnp.exp(steps[m + 1]) * jax.random.normal(keys[2 * m]))
+        lB = s.lB_r[rt] + c * (s.lB - s.lB_r[rt]) if which == "B" else s.lB
+        lC = s.lC_r[rt] + c * (s.lC - s.lC_r[rt]) if which == "C" else s.lC
+        new_sd = s.sd[i_sd] * c
+        Ss, Sy = _sums(lB, lC, pd)
+        new = ll(Ss, Sy, s.A, s.sd[1])
+        log_r = new - base + hn(new_sd, scales[i_sd]) - hn(s.sd[i_sd], scales[i_sd])
+        ok = jnp.log(jax.random.uniform(keys[2 * m + 1])) < log_r
+        s = s._replace(
+            lB=jnp.where(ok, lB, s.lB),
+            lC=jnp.where(ok, lC, s.lC),
+            Ss=jnp.where(ok, Ss, s.Ss),
+            Sy=jnp.where(ok, Sy, s.Sy),
+            sd=jnp.where(ok, s.sd.at[i_sd].set(new_sd), s.sd),
+        )
+        base = jnp.where(ok, new, base)
+        rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    # A seed spread
+    c = jnp.exp(jnp.exp(steps[0]) * jax.random.normal(keys[4]))
+    A = A_loc + c * (s.A - A_loc)
+    sA = s.sd[1] * c
+    inside = jnp.all((A > R0) & (A < 1.0))
+    new = ll(s.Ss, s.Sy, A, sA)
+    log_r = jnp.where(inside, new - base + hn(sA, scales[1]) - hn(s.sd[1], scales[1]), -jnp.inf)
+    ok = jnp.log(jax.random.uniform(keys[5])) < log_r
+    s = s._replace(A=jnp.where(ok, A, s.A), sd=jnp.where(ok, s.sd.at[1].set(sA), s.sd))
+    if adapt:  # aim at 30% accepted
+        rate = jnp.stack([jnp.minimum(jnp.exp(log_r), 1.0), *rates])
+        s = s._replace(log_sstep=jnp.clip(steps + 0.1 * (rate - 0.3), -6.0, 1.0))
+    return s
+
+
+def _sweep(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    k1, k2, k3, k4, k5 = jax.random.split(key, 5)
+    s, moved = _train_block(k1, s, pd, hp, z)
+    s = _curve_block(k2, s, pd, hp)
+    for i in range(N_TRANSLATE):
+        s, _ = _translate_block(jax.random.fold_in(k3, i), s, pd, z, adapt)
+    s = _scale_block(k4, s, pd, hp, adapt)
+    s = _levels_block(k5, s, pd, hp, z)
+    return s, moved
+
+
+def _init(key, pd: PoolData, hp: HierPriors, z: Sizes) -> PoolState:
+    """A start from one random independent-fit draw per run; levels from their means."""
+    n_draws = pd.init_lB.shape[1]
+    k1, k2 = jax.random.split(key)
+    pick = jax.random.randint(k1, (), 0, n_draws)
+    lB, lC = pd.init_lB[:, pick], pd.init_lC[:, pick]
+    A, sigma = pd.init_A[:, pick], pd.init_sigma[:, pick]
+    rt = pd.train_recipe
+    n_t = jax.ops.segment_sum(jnp.ones_like(lB), rt, z.n_recipe)
+    lB_r = jax.ops.segment_sum(lB, rt, z.n_recipe) / n_t
+    lC_r = jax.ops.segment_sum(lC, rt, z.n_recipe) / n_t
+    cell = pd.recipe * z.n_task + pd.task
+    n_cell = z.n_recipe * z.n_task
+    cnt = jnp.maximum(jax.ops.segment_sum(jnp.ones_like(A), cell, n_cell), 1.0)
+    A_r = (jax.ops.segment_sum(A, cell, n_cell) / cnt).reshape(z.n_recipe, z.n_task)
+    scales = _sd_scales(hp)
+    sd = 0.5 * scales * jnp.exp(jax.random.uniform(k2, (6,), minval=-0.5, maxval=0.5))
+    log_scale = jnp.zeros(z.n_recipe)
+    Ss, Sy = _sums(lB, lC, pd)
+    A_pop = A_r.mean(0)
+    return PoolState(
+        lB,
+        lC,
+        A,
+        sigma,
+        A_r,
+        lB_r,
+        lC_r,
+        A_pop,
+        lB_r.mean(),
+        lC_r.mean(),
+        sd,
+        log_scale,
+        jnp.full(3, math.log(0.15)),
+        Ss,
+        Sy,
+    )
+
+
+def _record(s: PoolState, pd: PoolData) -> dict:
+    return {
+        "A": s.A,
+        "B": jnp.exp(s.lB[pd.train]),
+        "C_mid": jnp.exp(s.lC[pd.train]),
+        "sigma": s.sigma,
+        "A_recipe": s.A_r,
+        "B_recipe": jnp.exp(s.lB_r),
+        "C_mid_recipe": jnp.exp(s.lC_r),
+        "A_pop": s.A_pop,
+        "B_pop": jnp.exp(s.lB_pop),
+        "C_mid_pop": jnp.exp(s.lC_pop),
+        **{name: s.sd[i] for i, name in enumerate(SD_NAMES)},
+    }
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6, 7))
+def _run_chains(key, pd, hp, z, chains, warmup, samples, thin):
+    def run_chain(k):
+        k_init, k_run = jax.random.split(k)
+        s0 = _init(k_init, pd, hp, z)
+
+        def thinned(s, kk, adapt):
+            def one(c, k1):
+                s1, moved = _sweep(k1, c[0], pd, hp, z, adapt)
+                return (s1, c[1] + moved), None
+
+            (s, moved), _ = jax.lax.scan(one, (s, jnp.zeros(z.n_train)), jax.random.split(kk, thin))
+            return s, (_record(s, pd), moved / thin)
+
+        keys_w = jax.random.split(jax.random.fold_in(k_run, 0), warmup)
+        s, _ = jax.lax.scan(lambda c, kk: thinned(c, kk, True), s0, keys_w)
+        keys_s = jax.random.split(jax.random.fold_in(k_run, 1), samples)
+        _, (rec, moved) = jax.lax.scan(lambda c, kk: thinned(c, kk, False), s, keys_s)
+        return {**rec, "moved": moved}
+
+    return jax.vmap(run_chain)(jax.random.split(key, chains))
+
+
+def sample_pooled(
+    key: jax.Array,
+    pd: PoolData,
+    hp: HierPriors,
+    *,
+    chains: int = 4,
+    warmup: int = 500,
+    samples: int = 500,
+    thin: int = 2,
+) -> dict[str, np.ndarray]:
+    """``chains`` chains of ``(warmup + samples) * thin`` sweeps, every ``thin``-th kept.
+
+    Returns
+    -------
+    dict of str to ndarray
+        Curve-level ``A, B, C_mid, sigma`` (chain, draw, curve), ``A_recipe`` (chain,
+        draw, recipe, task), ``B_recipe, C_mid_recipe`` (chain, draw, recipe), ``A_pop``
+        (chain, draw, task), the other population means and the spreads (chain, draw), and
+        ``moved`` (chain, draw, training run: the share of sweeps since the last kept draw
+        in which the run's ``(B, C_mid)`` moved).
+    """
+    z = Sizes(int(pd.prop_mean.shape[0]), int(pd.step.shape[0]), int(jnp.max(pd.task)) + 1)
+    out = _run_chains(key, pd, hp, z, int(chains), int(warmup), int(samples), int(thin))
+    return {k: np.asarray(v) for k, v in out.items()}
