@@ -115,9 +115,9 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed):
     """Posterior means and quantiles of the pooled sampler against the joint NumPyro sampler.
 
     The reference must have converged itself: NumPyro's joint NUTS leaves a chain stuck on
-    some seeds of these studies (seed 5 of the first with 500 warm-up iterations: step size
-    1e-4, ``A = 1``; seed 1 of the second: R-hat of ``A_pop`` 1.54), which the check below
-    reports; the seeds used here converged (R-hat <= 1.008).
+    some seeds (seed 5 of the first study with 500 warm-up iterations: step size 1e-4,
+    ``A = 1``, R-hat 1.53), which the check below reports; the seeds used here, with 1,000
+    warm-up iterations, converged (worst R-hat 1.004 and 1.005 over every parameter).
     """
     from bayes_scalerl.engine import runtime
     from bayes_scalerl.models.hierarchical import HierPriors, sample_hierarchical
@@ -126,11 +126,11 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed):
     res = bs.fit(runs, min_compute=1500, model="hierarchical", seed=seed, warmup=500, samples=1000)
     with runtime.x64():
         hd = sample_hierarchical(
-            jax.random.key(seed),
+            jax.random.key(ref_seed),
             runs.window(min_compute=1500),
             hierarchy_index(runs),
             HierPriors(),
-            num_warmup=500,
+            num_warmup=1000,
             num_samples=1000,
         )
     post = res.dt["posterior"]
@@ -169,7 +169,7 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed):
 
 
 def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
-    _agree_with_the_joint_sampler(study[1], seed=5, ref_seed=1)
+    _agree_with_the_joint_sampler(study[1], seed=5, ref_seed=3)
 
 
 def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks():
