@@ -111,6 +111,17 @@ def test_pooled_fit_is_sampled_cleanly(hier_fit):
     assert sd.ess_bulk_min.min() > 100
 
 
+def _task_study(seed: int, *, code_shift: float, noise_seed: int) -> bs.Runs:
+    """3 recipes x 2 seeds, each run evaluated on "math" and on "code" (ceiling shifted)."""
+    truth = random_recipes(np.random.default_rng(seed), 3, 2, A=(0.5, 0.6))
+    frames = []
+    for task, shift in (("math", 0.0), ("code", code_shift)):
+        t = truth.assign(A=truth["A"] + shift, task=task)
+        rng = np.random.default_rng(len(task) + noise_seed)
+        frames.append(bs.simulate_runs(t, GRID, rng, extra_columns=("recipe", "task")))
+    return bs.Runs.from_frame(pd.concat(frames))
+
+
 def _agree_with_the_joint_sampler(runs, seed, ref_seed):
     """Posterior means and quantiles of the pooled sampler against the joint NumPyro sampler.
 
@@ -173,15 +184,8 @@ def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
 
 
 def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks():
-    rng = np.random.default_rng(21)
-    truth = random_recipes(rng, 3, 2, A=(0.5, 0.6))
-    frames = []
-    for task, shift in (("math", 0.0), ("code", -0.12)):
-        t = truth.assign(A=truth["A"] + shift, task=task)
-        frames.append(
-            bs.simulate_runs(t, GRID, np.random.default_rng(len(task) + 3), extra_columns=("recipe", "task"))
-        )
-    _agree_with_the_joint_sampler(bs.Runs.from_frame(pd.concat(frames)), seed=6, ref_seed=2)
+    runs = _task_study(21, code_shift=-0.12, noise_seed=3)
+    _agree_with_the_joint_sampler(runs, seed=6, ref_seed=2)
 
 
 def test_pooling_lowers_the_error_of_each_runs_asymptote(study, hier_fit, indep_fit):
@@ -209,15 +213,7 @@ def test_recipe_intervals_and_calls_agree_with_the_truth(study, hier_fit):
 
 
 def test_tasks_share_efficiency_and_keep_their_asymptotes():
-    rng = np.random.default_rng(11)
-    truth = random_recipes(rng, 3, 2, A=(0.5, 0.6))
-    frames = []
-    for task, shift in (("math", 0.0), ("code", -0.15)):
-        t = truth.assign(A=truth["A"] + shift, task=task)
-        frames.append(
-            bs.simulate_runs(t, GRID, np.random.default_rng(len(task)), extra_columns=("recipe", "task"))
-        )
-    runs = bs.Runs.from_frame(pd.concat(frames))
+    runs = _task_study(11, code_shift=-0.15, noise_seed=0)
     assert runs.n_runs == 12 and runs.names[0] == "recipe000/s0:math"
     res = bs.fit(runs, min_compute=1500, model="hierarchical", seed=0, **QUICK)
     post = res.dt["posterior"]

@@ -347,13 +347,12 @@ def _translate_block(key, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
 
     def prior(A_r, lB_r, lC_r):
         lp = -0.5 * jnp.sum((A_r - s.A_pop[None]) ** 2, -1) / sA_r**2
-        lp += -0.5 * (lB_r - s.lB_pop) ** 2 / sB_r**2 - 0.5 * (lC_r - s.lC_pop) ** 2 / s.sd[4] ** 2
+        lp += -0.5 * (lB_r - s.lB_pop) ** 2 / sB_r**2 - 0.5 * (lC_r - s.lC_pop) ** 2 / sC_r**2
         return lp
 
     log_r += prior(Ar_new, s.lB_r + delta[:, 1], s.lC_r + delta[:, 2]) - prior(s.A_r, s.lB_r, s.lC_r)
     ok = jnp.log(jax.random.uniform(k2, (z.n_recipe,))) < log_r
     ok_t, ok_c = ok[rt], ok[pd.recipe]
-    del sC_r
     if adapt:  # warm-up only: aim at a quarter of the moves accepted
         s = s._replace(
             log_scale=jnp.clip(s.log_scale + 0.2 * (jnp.minimum(jnp.exp(log_r), 1.0) - 0.25), -6.0, 2.0)
