@@ -17,54 +17,66 @@ Main entry points: :func:`read_runs` / :func:`read_any` (tables and training log
 
 __version__ = "0.1.0"
 
-from .analyses.backtest import Backtest, backtest  # noqa: E402
-from .analyses.baseline import paper_fit  # noqa: E402
-from .analyses.comparisons import compare, compute_to_target, crossover, p_best, recipe_summary  # noqa: E402
-from .analyses.families import compare_families  # noqa: E402
-from .analyses.identify import BudgetSweep, budget_sweep, identifiability, prior_sensitivity  # noqa: E402
-from .analyses.simulate import random_truth, simulate_runs  # noqa: E402
-from .cli.demo import demo_runs, demo_truth  # noqa: E402
-from .data.readers import read_any, read_table, read_tensorboard, read_verl, read_wandb_csv  # noqa: E402
-from .data.runs import DataError, Runs  # noqa: E402
-from .data.tables import read_runs  # noqa: E402
-from .engine.devices import use_all_cpu_cores  # noqa: E402
-from .engine.runtime import set_compilation_cache  # noqa: E402
-from .models.curve import compute_to_reach, gain_fraction, linearised, scalerl_curve  # noqa: E402
-from .models.hierarchical import HierPriors  # noqa: E402
-from .models.priors import Priors  # noqa: E402
-from .posterior.families import fit_family  # noqa: E402
-from .posterior.fitting import fit  # noqa: E402
-from .posterior.results import FitResult  # noqa: E402
-from .report.outputs import write_fit_folder  # noqa: E402
+# Every public name is loaded on first use (PEP 562), so that ``import bayes_scalerl`` and
+# ``bayes-scalerl --help`` do not wait for JAX, SciPy and matplotlib to load.
+_WHERE = {
+    "Backtest": "analyses.backtest",
+    "backtest": "analyses.backtest",
+    "paper_fit": "analyses.baseline",
+    "compare": "analyses.comparisons",
+    "compute_to_target": "analyses.comparisons",
+    "crossover": "analyses.comparisons",
+    "p_best": "analyses.comparisons",
+    "recipe_summary": "analyses.comparisons",
+    "compare_families": "analyses.families",
+    "BudgetSweep": "analyses.identify",
+    "budget_sweep": "analyses.identify",
+    "identifiability": "analyses.identify",
+    "prior_sensitivity": "analyses.identify",
+    "random_truth": "analyses.simulate",
+    "simulate_runs": "analyses.simulate",
+    "demo_runs": "cli.demo",
+    "demo_truth": "cli.demo",
+    "read_any": "data.readers",
+    "read_table": "data.readers",
+    "read_tensorboard": "data.readers",
+    "read_verl": "data.readers",
+    "read_wandb_csv": "data.readers",
+    "DataError": "data.runs",
+    "Runs": "data.runs",
+    "read_runs": "data.tables",
+    "use_all_cpu_cores": "engine.devices",
+    "set_compilation_cache": "engine.runtime",
+    "compute_to_reach": "models.curve",
+    "gain_fraction": "models.curve",
+    "linearised": "models.curve",
+    "scalerl_curve": "models.curve",
+    "HierPriors": "models.hierarchical",
+    "Priors": "models.priors",
+    "fit_family": "posterior.families",
+    "fit": "posterior.fitting",
+    "FitResult": "posterior.results",
+    "write_fit_folder": "report.outputs",
+    "plot_curves": "report.plots",
+    "plot_forest": "report.plots",
+    "plot_linearised": "report.plots",
+    "write_report": "report.report",
+}
 
 
-# plots and reports import matplotlib: load them on first use
-def plot_curves(*args, **kwargs):
-    """Curves with data and bands (see :func:`bayes_scalerl.report.plots.plot_curves`)."""
-    from .report.plots import plot_curves as _plot
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bayes_scalerl' has no attribute {name!r}")
+    import importlib
 
-    return _plot(*args, **kwargs)
-
-
-def plot_forest(*args, **kwargs):
-    """Forest plot of run (and recipe) parameters (see :func:`bayes_scalerl.report.plots.plot_forest`)."""
-    from .report.plots import plot_forest as _plot
-
-    return _plot(*args, **kwargs)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
-def plot_linearised(*args, **kwargs):
-    """The paper's linearised view, slope B (see :func:`bayes_scalerl.report.plots.plot_linearised`)."""
-    from .report.plots import plot_linearised as _plot
-
-    return _plot(*args, **kwargs)
-
-
-def write_report(*args, **kwargs):
-    """HTML and Markdown report of a fit folder (see :func:`bayes_scalerl.report.write_report`)."""
-    from .report.report import write_report as _write
-
-    return _write(*args, **kwargs)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

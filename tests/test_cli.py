@@ -36,7 +36,39 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert d.loc[~d.a_identified, "a_flag"].str.startswith("A weakly identified").all()
     res = bs.FitResult.load(out / "posterior.nc")
     assert res.run_names == d.run.tolist()
-    assert "A = " in capsys.readouterr().out
+    assert "log_likelihood" not in res.dt.children  # only with --log-likelihood
+    printed = capsys.readouterr().out
+    assert "A = " in printed
+    # the last line says where the time went; its phases add up to at most the total
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("time (s): ")
+    phases = dict(p.rsplit(" ", 1) for p in last[len("time (s): ") :].split("; ")[0].split(", "))
+    assert {"load programs", "sample", "calibrate", "diagnostics", "predictions", "write", "plot"} <= set(
+        phases
+    )
+    total = float(last.rsplit("total ", 1)[1])
+    assert sum(map(float, phases.values())) <= total + 0.05 * len(phases)  # rounding of each
+
+
+def test_fit_stores_the_log_likelihood_when_asked(tmp_path):
+    df = bs.demo_runs().query("recipe in ['ScaleRL', 'LOO-dapo']")
+    df.to_csv(tmp_path / "runs.csv", index=False)
+    args = ["fit", str(tmp_path / "runs.csv"), "--discrepancy", "none", "--log-likelihood", *SMALL]
+    assert main([*args, "--out", str(tmp_path / "fit")]) == 0
+    res = bs.FitResult.load(tmp_path / "fit" / "posterior.nc")
+    ll = res.dt["log_likelihood"]["reward"].values
+    bare = bs.FitResult(res.dt.drop_nodes("log_likelihood"))
+    np.testing.assert_array_equal(bare.log_likelihood()["reward"].values, ll)
+
+
+def test_console_lists_at_most_twenty_runs_by_name():
+    from bayes_scalerl.cli.commands import MAX_LISTED, _listing
+
+    names = [f"r{i}" for i in range(45)]
+    assert _listing(names[:MAX_LISTED]) == ", ".join(names[:MAX_LISTED])
+    text = _listing(names)
+    assert text.startswith("45 runs: r0, r1") and "r19, ... and 25 more (see diagnostics.csv)" in text
+    assert "r20" not in text
 
 
 def test_fit_on_a_csv_with_fit_until(tmp_path):

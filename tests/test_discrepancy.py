@@ -117,3 +117,22 @@ def test_fit_with_discrepancy_keeps_the_sigmoid_posterior(demo_fit):
     cols = ["r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "converged"]
     d1, d2 = demo_fit.diagnostics()[cols], plain.diagnostics()[cols]
     np.testing.assert_allclose(d1.to_numpy(float), d2.to_numpy(float), rtol=1e-9)
+
+
+def test_offsets_draw_each_runs_grid_cell_by_its_own_inverse_cdf():
+    """The one batched search picks the cell a per-run ``searchsorted`` of the same uniforms picks."""
+    rng = np.random.default_rng(4)
+    k = SCALE_GRID.size
+    post = rng.dirichlet(np.full(k * k, 0.1), size=50).reshape(50, k, k)
+    post[3] = 0.0
+    post[3, 0, 0] = 1.0  # all mass on one cell: runs whose CDF is flat after it
+    level, dev = draw_offsets(np.random.default_rng(9), post, (50, 4, 100), 1.0)
+    gen = np.random.default_rng(9)
+    u = gen.random((50, 400))
+    cdf = np.cumsum(post.reshape(50, k * k), axis=1)
+    cell = np.minimum(
+        [np.searchsorted(cdf[i] / cdf[i, -1], u[i], side="right") for i in range(50)], k * k - 1
+    )
+    z = gen.standard_normal((2, 50, 400))
+    np.testing.assert_array_equal(level.reshape(50, -1), SCALE_GRID[cell // k] * z[0])
+    np.testing.assert_array_equal(dev.reshape(50, -1), SCALE_GRID[cell % k] * z[1])

@@ -97,7 +97,7 @@ def power_data():
 
 @pytest.fixture(scope="module")
 def power_fit(power_data):
-    return fam_fit.fit_family(power_data[0], "power", seed=0, **QUICK)
+    return fam_fit.fit_family(power_data[0], "power", seed=0, log_likelihood=True, **QUICK)
 
 
 # ---------------------------------------------------------------------- pieces
@@ -167,6 +167,8 @@ def test_power_recovers_truth(power_data, power_fit):
     assert ll.dims == ("chain", "draw", "run", "point")
     in_fit = power_fit.dt["constant_data"]["in_fit"].values
     assert np.isnan(ll.values[..., ~in_fit]).all() and np.isfinite(ll.values[..., in_fit]).all()
+    bare = bs.FitResult(power_fit.dt.drop_nodes("log_likelihood"))
+    np.testing.assert_array_equal(bare.log_likelihood()["reward"].values, ll.values)
     draws = power_fit.predict_draws([6000.0, 24_000.0])
     assert draws.shape == (4, 1200, 2) and np.all((draws >= 0) & (draws <= 1))
 

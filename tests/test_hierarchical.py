@@ -32,7 +32,7 @@ def study():
 
 @pytest.fixture(scope="module")
 def hier_fit(study):
-    return bs.fit(study[1], min_compute=1500, model="hierarchical", seed=3, **QUICK)
+    return bs.fit(study[1], min_compute=1500, model="hierarchical", seed=3, log_likelihood=True, **QUICK)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +96,10 @@ def test_layout_and_round_trip(hier_fit, tmp_path):
     # A is drawn inside (R0, 1) for every run
     A = hier_fit.draws("A")
     assert np.all(A > hier_fit.dt["constant_data"]["R0_obs"].values[:, None]) and np.all(A < 1)
+    # the pointwise log-likelihood computed on demand is the stored one
+    ll = hier_fit.dt["log_likelihood"]["reward"].values
+    bare = bs.FitResult(hier_fit.dt.drop_nodes("log_likelihood"))
+    np.testing.assert_array_equal(bare.log_likelihood()["reward"].values, ll)
 
 
 def test_pooled_fit_is_sampled_cleanly(hier_fit):

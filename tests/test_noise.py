@@ -113,7 +113,9 @@ def ar1_fit():
     rng = np.random.default_rng(3)
     truth = bs.random_truth(rng, 6, C_mid=(1500.0, 4000.0))
     df = bs.simulate_runs(truth, np.arange(0, 16001, 400.0), rng, ar1=0.7)
-    return bs.fit(df, min_compute=1000, priors=bs.Priors(likelihood="ar1"), seed=0, **QUICK)
+    return bs.fit(
+        df, min_compute=1000, priors=bs.Priors(likelihood="ar1"), seed=0, log_likelihood=True, **QUICK
+    )
 
 
 def test_ar1_fit_recovers_the_correlation(ar1_fit):
@@ -124,6 +126,9 @@ def test_ar1_fit_recovers_the_correlation(ar1_fit):
     ll = ar1_fit.dt["log_likelihood"]["reward"].values
     fitted = ar1_fit.dt["constant_data"]["in_fit"].values
     assert np.isfinite(ll[..., fitted]).all() and np.isnan(ll[..., ~fitted]).all()
+    # computed on demand from the draws and the data: the stored values, exactly
+    bare = bs.FitResult(ar1_fit.dt.drop_nodes("log_likelihood"))
+    np.testing.assert_array_equal(bare.log_likelihood()["reward"].values, ll)
     assert "rho" in ar1_fit.var_names and "rho" in set(ar1_fit.summary().param)
 
 

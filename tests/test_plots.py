@@ -203,3 +203,49 @@ def test_names_are_shown_verbatim(demo_fit):
         fig.canvas.draw()
         texts = [ax.get_title() for ax in fig.axes] + [t.get_text() for t in fig.axes[0].get_yticklabels()]
         assert any("5" in t for t in texts)
+
+
+def test_overview_shows_every_run_and_the_ones_that_need_a_look(demo_fit):
+    from bayes_scalerl.report.outputs import fit_diagnostics
+    from bayes_scalerl.report.overview import plot_overview
+
+    diag = fit_diagnostics(demo_fit)
+    fig = plot_overview(demo_fit, diag, budget=32_000, n_look=4)
+    strip_a, strip_f, *grid = fig.axes
+    n = len(demo_fit.run_names)
+    # one interval per run in each strip, whatever its colour
+    assert sum(len(c.get_segments()) for c in strip_a.collections) == n
+    assert sum(len(c.get_segments()) for c in strip_f.collections) == n
+    assert "32,000" in strip_f.get_title()
+    assert len(grid) == 4
+    assert (
+        f"{n} runs" in fig._suptitle.get_text() and "the 4 that most need a look" in fig._suptitle.get_text()
+    )
+    # the grid shows the runs with the widest intervals of A first (all converge here)
+    A = demo_fit.draws("A")
+    width = np.quantile(A, 0.95, axis=1) - np.quantile(A, 0.05, axis=1)
+    widest = [demo_fit.run_names[i] for i in np.argsort(-width)[:4]]
+    if diag["converged"].all():
+        assert [ax.get_title() for ax in grid] == widest
+    plt.close(fig)
+
+
+def test_runs_to_look_at_puts_half_not_converged_first():
+    import pandas as pd
+
+    from bayes_scalerl.report.overview import runs_to_look_at
+
+    diag = pd.DataFrame(
+        {
+            "run": list("abcdefgh"),
+            "converged": [True, False, True, False, False, True, True, True],
+            "r_hat_max": [1.0, 1.05, 1.0, 1.2, 1.02, 1.0, 1.0, 1.0],
+        }
+    )
+    width = np.array([0.1, 0.3, 0.5, 0.2, 0.9, 0.05, 0.4, 0.2])
+    runs, why = runs_to_look_at(diag, width, 4)
+    assert runs == ["d", "b", "c", "g"] and why == "2 not converged, 2 with the widest intervals of A"
+    runs, why = runs_to_look_at(diag.assign(converged=True), width, 3)
+    assert runs == ["e", "c", "g"] and why == "3 with the widest intervals of A"
+    runs, _ = runs_to_look_at(diag, width, 8)  # every run once
+    assert sorted(runs) == list("abcdefgh")

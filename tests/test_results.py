@@ -7,8 +7,13 @@ from bayes_scalerl.analyses.baseline import _fit_B, paper_fit_arrays
 
 def test_datatree_layout(demo_fit):
     dt = demo_fit.dt
-    for g in ("posterior", "sample_stats", "observed_data", "constant_data", "log_likelihood"):
+    for g in ("posterior", "sample_stats", "observed_data", "constant_data"):
         assert g in dt.children, g
+    assert "log_likelihood" not in dt.children  # computed when asked for, not stored by default
+    ll = demo_fit.with_log_likelihood().dt["log_likelihood"]["reward"]
+    assert ll.dims == ("chain", "draw", "run", "point")
+    fitted = dt["constant_data"]["in_fit"].values
+    assert np.isfinite(ll.values[..., fitted]).all() and np.isnan(ll.values[..., ~fitted]).all()
     post = dt["posterior"]
     # delta: the calibrated discrepancy's ceiling offset (A includes it); delta_level: its level offset
     assert set(post.data_vars) == {"A", "B", "C_mid", "sigma", "delta", "delta_level"}

@@ -18,6 +18,7 @@ import xarray as xr
 
 from ..data.runs import Runs
 from ..posterior.families import FAMILIES, fit_family
+from ..posterior.results import FitResult
 from .scoring import crps_from_draws, median_abs_error
 
 __all__ = ["compare_families"]
@@ -32,12 +33,13 @@ class _Loo(NamedTuple):
     elpd_i: np.ndarray
 
 
-def _loo_per_run(dt: xr.DataTree) -> list[_Loo]:
+def _loo_per_run(result: FitResult) -> list[_Loo]:
     """PSIS-LOO of each run's fitted points (ArviZ), Pareto-k warnings silenced."""
     import arviz_stats as azs
 
+    dt = result.dt
     post = dt["posterior"].to_dataset()
-    ll = dt["log_likelihood"].to_dataset()["reward"]
+    ll = result.log_likelihood()["reward"]
     in_fit = dt["constant_data"]["in_fit"].values
     out = []
     for i in range(post.sizes["run"]):
@@ -153,7 +155,7 @@ def compare_families(
     rows = []
     for family in families:
         res = fit_family(fit_runs, family, min_compute=min_compute, **kwargs)
-        loo = _loo_per_run(res.dt)
+        loo = _loo_per_run(res)
         diag = res.diagnostics().set_index("run")
         extra: dict[str, np.ndarray] = {}
         if held_c is not None:

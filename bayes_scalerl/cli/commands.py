@@ -134,7 +134,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         metavar="DIR",
         default=None,
         help="write each finished chunk of runs to DIR; the same command run again resumes from it "
-        "(independent model; a DIR of a different fit is refused)",
+        "(a DIR of a different fit is refused)",
     )
     p.add_argument(
         "--checkpoint", dest="checkpoint_dir", metavar="DIR", action=_DeprecatedAlias, new="--checkpoint-dir"
@@ -143,7 +143,12 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--executor",
         choices=("local", "ray"),
         default="local",
-        help="run chunks on this machine's devices (default) or as Ray tasks (needs ray; independent model)",
+        help="run chunks on this machine's devices (default) or as Ray tasks (needs ray)",
+    )
+    p.add_argument(
+        "--log-likelihood",
+        action="store_true",
+        help="store the pointwise log-likelihood in posterior.nc (for ArviZ's loo; about 0.4 MB a run)",
     )
 
 
@@ -480,6 +485,25 @@ def _check_recipes_and_task(result, fitdir: Path, args) -> None:
         raise DataError(f"{fitdir}: the fit has several tasks ({', '.join(tasks)}); choose one with --task.")
 
 
+#: Most runs the console lists by name (the files have them all).
+MAX_LISTED = 20
+
+
+def _listing(names: list[str]) -> str:
+    """``'a, b, c'``; a long list ends with how many more there are and where to find them."""
+    if len(names) <= MAX_LISTED:
+        return ", ".join(names)
+    head = ", ".join(names[:MAX_LISTED])
+    return f"{len(names)} runs: {head}, ... and {len(names) - MAX_LISTED} more (see diagnostics.csv)"
+
+
+def _print_timings(t: dict[str, float], total: float) -> None:
+    """One line: where the command's time went (phases of :func:`~bayes_scalerl.engine.runtime.phase`)."""
+    other = max(0.0, total - sum(t.values()))
+    parts = [f"{k} {v:.1f}" for k, v in t.items()] + [f"other {other:.1f}"]
+    print(f"time (s): {', '.join(parts)}; total {total:.1f}")
+
+
 def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     from ..posterior.fitting import fit
 
@@ -504,6 +528,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         progress=True,
         checkpoint_dir=args.checkpoint_dir,
         executor=args.executor,
+        log_likelihood=args.log_likelihood,
         **kw,
     )
     from ..report.outputs import write_fit_folder_tables
@@ -513,15 +538,17 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     bad = diag.loc[~diag["converged"], "run"].tolist()
     a = summary[summary["param"] == "A"]
     print(f"fitted {len(diag)} run(s) in {took:.1f} s; outputs in {args.out}/")
-    for _, row in a.iterrows():
+    for _, row in a.head(MAX_LISTED).iterrows():
         print(f"  {row['run']}: A = {row['q50']:.3f} [90%: {row['q05']:.3f}, {row['q95']:.3f}]")
+    if len(a) > MAX_LISTED:
+        print(f"  ... and {len(a) - MAX_LISTED} more run(s): every run's A is in summary.csv")
     if bad:
-        print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {', '.join(bad)}")
+        print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {_listing(bad)}")
     else:
         print("every run converged (R-hat <= 1.01, bulk ESS >= 100, no divergences)")
     low_bfmi = diag.loc[diag["bfmi_min"] < 0.3, "run"].tolist()
     if low_bfmi:
-        print(f"low E-BFMI (< 0.3: the sampler explores the energy poorly): {', '.join(low_bfmi)}")
+        print(f"low E-BFMI (< 0.3: the sampler explores the energy poorly): {_listing(low_bfmi)}")
     if "discrepancy_tau" in diag.columns:
         tau = diag["discrepancy_tau"]
         n_batch = int((diag["discrepancy_from"] == "batch").sum())
@@ -535,7 +562,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         if weak:
             print(
                 f"A weakly identified (90% interval wider than 0.10 or posterior close to its prior; "
-                f"see a_flag in diagnostics.csv and 'bayes-scalerl identify'): {', '.join(weak)}"
+                f"see a_flag in diagnostics.csv and 'bayes-scalerl identify'): {_listing(weak)}"
             )
     return 0
 
@@ -574,7 +601,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "fit":
-        return _run_fit(_read_input(args), args)
+        with runtime.phase("read"):
+            runs = _read_input(args)
+        return _run_fit(runs, args)
     if args.command == "compare":
         return _run_compare(args)
     if args.command == "backtest":
@@ -608,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     invalid data (:class:`~bayes_scalerl.DataError`) and a checkpoint folder of another fit
     return 2 with a message on stderr. Any other exception propagates.
     """
+    t0 = time.perf_counter()
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
@@ -618,8 +648,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("fit", "demo", "backtest", "identify"):
         runtime.ensure_compilation_cache()
     try:
-        with runtime.x64():
-            return _run(args)
+        with runtime.x64(), runtime.timings() as took:
+            status = _run(args)
+        if args.command in ("fit", "demo") and status == 0:
+            _print_timings(took, time.perf_counter() - t0)
+        return status
     except (DataError, CheckpointMismatch) as exc:
         print(f"bayes-scalerl: error: {exc}", file=sys.stderr)
         return 2

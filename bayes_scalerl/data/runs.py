@@ -45,11 +45,13 @@ def in_likelihood(
     """Which of one run's sorted evaluations enter the likelihood.
 
     The first evaluation sets ``R0`` and is left out unless ``R0_fitted``; points below
-    ``min_compute`` or above ``fit_until`` are left out.
+    ``min_compute`` or above ``fit_until`` are left out. A 2-D ``compute`` holds one run
+    per row (NaN-padded: padding is never kept).
     """
-    keep = np.ones(len(compute), bool)
+    compute = np.asarray(compute, float)
+    keep = ~np.isnan(compute)
     if not R0_fitted:
-        keep[0] = False
+        keep[..., 0] = False
     if min_compute is not None:
         keep &= compute >= min_compute
     if fit_until is not None:
@@ -257,6 +259,29 @@ class Runs:
         df = df.assign(run=cat).sort_values(["run", "compute"], kind="stable")
         return Runs(df.assign(run=df["run"].astype(str)).reset_index(drop=True), self.source, self.notes)
 
+    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every evaluation as NaN-padded (run, point) arrays, runs in :attr:`names` order.
+
+        Returns ``compute, reward, n_eval`` (``n_eval`` NaN without the column).
+        """
+        table = self.table
+        names = self.names
+        row = pd.Categorical(table["run"], categories=names).codes.astype(np.int64)
+        order = np.argsort(row, kind="stable")  # rows of a run keep their order (by compute)
+        sizes = np.bincount(row, minlength=len(names))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        row = row[order]
+        col = np.arange(len(row)) - starts[row]
+        width = int(sizes.max())
+
+        def fill(values: np.ndarray) -> np.ndarray:
+            out = np.full((len(names), width), np.nan)
+            out[row, col] = values[order]
+            return out
+
+        n_eval = table["n_eval"].to_numpy(float) if "n_eval" in table.columns else np.full(len(table), np.nan)
+        return fill(table["compute"].to_numpy(float)), fill(table["reward"].to_numpy(float)), fill(n_eval)
+
     def window(
         self,
         *,
@@ -287,40 +312,37 @@ class Runs:
         DataError
             If a run keeps fewer than ``min_points`` points.
         """
-        groups = self.table.groupby("run", sort=False)
-        per_run = []
-        for name in self.names:
-            g = groups.get_group(name)
-            c = g["compute"].to_numpy(float)
-            r = g["reward"].to_numpy(float)
-            keep = in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=R0_fitted)
-            n = int(keep.sum())
-            if n < min_points:
-                why = []
-                if not R0_fitted:
-                    why.append("the first evaluation sets R0")
-                if min_compute is not None:
-                    why.append(f"min_compute={min_compute:g}")
-                if fit_until is not None:
-                    why.append(f"fit_until={fit_until:g}")
-                detail = f" ({'; '.join(why)})" if why else ""
-                raise DataError(
-                    f"{_where(self.source, name, 'compute')}: run has {n} point(s) to fit "
-                    f"after the cutoffs{detail}, out of {len(c)}; at least {min_points} are needed."
-                )
-            ne = g["n_eval"].to_numpy(float) if "n_eval" in g.columns else np.full(len(c), np.nan)
-            per_run.append((c[keep], r[keep], r[0], c[keep].max(), ne[keep]))
-        longest = max(len(p[0]) for p in per_run)
+        names = self.names
+        c_all, r_all, ne_all = self.padded()
+        keep = in_likelihood(c_all, min_compute=min_compute, fit_until=fit_until, R0_fitted=R0_fitted)
+        n_keep = keep.sum(axis=1)
+        short = np.flatnonzero(n_keep < min_points)
+        if short.size:
+            i = int(short[0])
+            why = []
+            if not R0_fitted:
+                why.append("the first evaluation sets R0")
+            if min_compute is not None:
+                why.append(f"min_compute={min_compute:g}")
+            if fit_until is not None:
+                why.append(f"fit_until={fit_until:g}")
+            detail = f" ({'; '.join(why)})" if why else ""
+            n_all = int((~np.isnan(c_all[i])).sum())
+            raise DataError(
+                f"{_where(self.source, names[i], 'compute')}: run has {int(n_keep[i])} point(s) to fit "
+                f"after the cutoffs{detail}, out of {n_all}; at least {min_points} are needed."
+            )
+        longest = int(n_keep.max())
         width = longest if pad_points is None else max(pad_points, longest)
-        n_runs = len(per_run)
-        compute = np.zeros((n_runs, width))
-        reward = np.zeros((n_runs, width))
-        mask = np.zeros((n_runs, width), bool)
-        n_eval = np.full((n_runs, width), np.nan)
-        for i, (c, r, _, _, ne) in enumerate(per_run):
-            k = len(c)
-            compute[i, :k], reward[i, :k], mask[i, :k], n_eval[i, :k] = c, r, True, ne
-            compute[i, k:], reward[i, k:], n_eval[i, k:] = c[-1], r[-1], ne[-1]
-        R0 = np.array([p[2] for p in per_run])
-        c_ref = np.array([p[3] for p in per_run])
-        return FitWindow(compute, reward, mask, R0, c_ref, n_eval)
+        # each run's kept points first, in order; padding repeats its last kept point
+        order = np.argsort(~keep, axis=1, kind="stable")
+        pos = np.minimum(np.arange(width)[None, :], n_keep[:, None] - 1)
+        take = np.take_along_axis(order, pos, axis=1)
+
+        def gather(a: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(a, take, axis=1)
+
+        compute, reward, n_eval = gather(c_all), gather(r_all), gather(ne_all)
+        mask = np.arange(width)[None, :] < n_keep[:, None]
+        rows = np.arange(len(names))
+        return FitWindow(compute, reward, mask, r_all[:, 0].copy(), compute[rows, n_keep - 1], n_eval)

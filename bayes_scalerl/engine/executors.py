@@ -117,7 +117,8 @@ class LocalExecutor:
         turn = 0
         for job in jobs:
             n_groups = next(iter(job.inputs.values())).shape[0]
-            self._precompile(program, job, devices[: min(len(devices), n_groups)])
+            with runtime.phase("load programs"):
+                self._precompile(program, job, devices[: min(len(devices), n_groups)])
             pending = []
             for g in range(n_groups):
                 dev = devices[turn % len(devices)]
@@ -127,10 +128,14 @@ class LocalExecutor:
             queue.append((job, pending))
             if len(queue) >= self.chunks_in_flight:
                 j, p = queue.popleft()
-                yield j, _collect(p, j.n_real)
+                with runtime.phase("sample"):
+                    out = _collect(p, j.n_real)
+                yield j, out
         while queue:
             j, p = queue.popleft()
-            yield j, _collect(p, j.n_real)
+            with runtime.phase("sample"):
+                out = _collect(p, j.n_real)
+            yield j, out
 
 
 def _collect(pending: list[dict], n_real: int) -> dict[str, np.ndarray]:

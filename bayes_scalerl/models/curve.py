@@ -56,12 +56,12 @@ def gain_fraction(compute: ArrayLike, B: ArrayLike, C_mid: ArrayLike) -> ArrayLi
     compute = xp.asarray(compute)
     positive = compute > 0
     log_c = xp.log(xp.where(positive, compute, 1.0))
-    x = B * (log_c - xp.log(C_mid))
     if xp is jnp:
-        s = jax.nn.sigmoid(x)
-    else:
-        s = 0.5 * (1.0 + np.tanh(0.5 * x))
-    return xp.where(positive, s, 0.0)
+        return xp.where(positive, jax.nn.sigmoid(B * (log_c - xp.log(C_mid))), 0.0)
+    # 1 / (1 + (C_mid / C)^B); exp overflows to inf far below C_mid, giving exactly 0
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(B * (np.log(C_mid) - log_c)))
+    return np.where(positive, s, 0.0)
 
 
 def scalerl_curve(

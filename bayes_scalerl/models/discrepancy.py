@@ -88,6 +88,7 @@ class Discrepancy:
 
 #: The grid of each scale (``omega`` and ``tau``, reward and reward per unit of log compute).
 SCALE_GRID = np.concatenate([[0.0], np.geomspace(2e-4, 0.3, 31)])
+_POINT_BLOCK = 2048  # leave-future-out points per block of scale_posteriors
 
 
 def discrepancy_shape(h: np.ndarray, horizon: float) -> np.ndarray:
@@ -122,12 +123,19 @@ def scale_posteriors(
     """
     g2 = SCALE_GRID**2
     k = g2.size
-    total = var[:, None, None] + g2[None, :, None] + shape2[:, None, None] * g2[None, None, :]
-    ll = (-0.5 * (np.log(total) + err[:, None, None] ** 2 / total)).reshape(len(err), k * k)
     counts = np.bincount(run, minlength=n_runs).astype(float)
     own = counts > 0
     sums = np.zeros((n_runs, k * k))
-    np.add.at(sums, run, ll)
+    # each run's summed log-likelihood on the grid, in blocks of points (bounded memory)
+    order = np.argsort(run, kind="stable")
+    err, var, shape2, run = err[order], var[order], shape2[order], run[order]
+    for lo in range(0, len(err), _POINT_BLOCK):
+        sl = slice(lo, lo + _POINT_BLOCK)
+        total = var[sl, None, None] + g2[None, :, None] + shape2[sl, None, None] * g2[None, None, :]
+        ll = (-0.5 * (np.log(total) + err[sl, None, None] ** 2 / total)).reshape(-1, k * k)
+        r = run[sl]
+        first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        sums[r[first]] += np.add.reduceat(ll, first, axis=0)
     L = settings.run_weight * sums / np.maximum(counts, 1.0)[:, None]
     L = L - L.max(axis=1, keepdims=True)
     like = np.where(own[:, None], np.exp(L), 1.0)
@@ -162,9 +170,12 @@ def draw_offsets(
     n_runs, k, _ = post.shape
     per_run = int(np.prod(shape[1:]))
     cdf = np.cumsum(post.reshape(n_runs, k * k), axis=1)
+    cdf /= cdf[:, -1:]
     u = rng.random((n_runs, per_run))
-    idx = np.stack([np.searchsorted(cdf[i], u[i], side="right") for i in range(n_runs)])
-    idx = np.minimum(idx, k * k - 1)
+    # one search for every run: run i's CDF shifted to [i, i + 1], its uniforms likewise
+    offset = np.arange(n_runs, dtype=float)[:, None]
+    flat = np.searchsorted((cdf + offset).ravel(), (u + offset).ravel(), side="right")
+    idx = np.minimum(flat.reshape(n_runs, per_run) - k * k * np.arange(n_runs)[:, None], k * k - 1)
     omega, tau = SCALE_GRID[idx // k], SCALE_GRID[idx % k]
     z = rng.standard_normal((2, n_runs, per_run))
     return (omega * z[0]).reshape(shape), (horizon * tau * z[1]).reshape(shape)

@@ -17,9 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from ..data.runs import Runs
+from ..data.runs import FitWindow, Runs
 
-__all__ = ["observed_arrays", "pointwise_loglik", "build_datatree", "STAT_NAMES"]
+__all__ = [
+    "observed_arrays",
+    "window_from_datatree",
+    "pointwise_loglik",
+    "loglik_dataset",
+    "build_datatree",
+    "STAT_NAMES",
+]
 
 #: Names of the sampler statistics in ``sample_stats`` (ArviZ's), from the engine's.
 STAT_NAMES = {
@@ -35,24 +42,44 @@ STAT_NAMES = {
 def observed_arrays(runs: Runs, in_fit: Callable[[np.ndarray], np.ndarray]):
     """NaN-padded (run, point) arrays of every evaluation and whether it is fitted.
 
-    Returns ``compute, reward, in_fit, n_eval`` (``n_eval`` NaN without the column).
+    ``in_fit`` is called once on the (run, point) compute array (see
+    :func:`~bayes_scalerl.data.runs.in_likelihood`). Returns ``compute, reward, in_fit,
+    n_eval`` (``n_eval`` NaN without the column).
     """
-    groups = runs.table.groupby("run", sort=False)
-    sizes = [len(groups.get_group(n)) for n in runs.names]
-    width = max(sizes)
-    compute = np.full((runs.n_runs, width), np.nan)
-    reward = np.full((runs.n_runs, width), np.nan)
-    fitted = np.zeros((runs.n_runs, width), bool)
-    n_eval = np.full((runs.n_runs, width), np.nan)
-    for i, name in enumerate(runs.names):
-        g = groups.get_group(name)
-        c = g["compute"].to_numpy(float)
-        compute[i, : len(c)] = c
-        reward[i, : len(c)] = g["reward"].to_numpy(float)
-        fitted[i, : len(c)] = in_fit(c)
-        if "n_eval" in g.columns:
-            n_eval[i, : len(c)] = g["n_eval"].to_numpy(float)
+    compute, reward, n_eval = runs.padded()
+    fitted = np.asarray(in_fit(compute), bool) & ~np.isnan(compute)  # one run per row
     return compute, reward, fitted, n_eval
+
+
+def window_from_datatree(dt: xr.DataTree) -> FitWindow:
+    """The fitted points of a fit's DataTree, laid out as the sampler saw them.
+
+    Each run's fitted points come first, in order, and padding repeats the last one, as in
+    :meth:`~bayes_scalerl.data.runs.Runs.window`.
+    """
+    cd = dt["constant_data"]
+    compute = np.asarray(cd["compute"].values, float)
+    reward = np.asarray(dt["observed_data"]["reward"].values, float)
+    fitted = np.asarray(cd["in_fit"].values, bool)
+    n_eval = np.asarray(cd["n_eval"].values, float) if "n_eval" in cd else np.full(compute.shape, np.nan)
+    n_fit = fitted.sum(axis=1)
+    width = max(int(n_fit.max()), 1)
+    order = np.argsort(~fitted, axis=1, kind="stable")[:, :width]  # fitted points first, in order
+    pos = np.minimum(np.arange(width)[None, :], np.maximum(n_fit[:, None] - 1, 0))
+    take = np.take_along_axis(order, pos, axis=1)
+
+    def gather(a: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(a, take, axis=1)
+
+    mask = np.arange(width)[None, :] < n_fit[:, None]
+    return FitWindow(
+        gather(compute),
+        gather(reward),
+        mask,
+        np.asarray(cd["R0_obs"].values, float),
+        np.asarray(cd["C_ref"].values, float),
+        gather(n_eval),
+    )
 
 
 def _loglik_program(model):
@@ -101,6 +128,36 @@ def _to_observed_layout(ll: np.ndarray, fitted: np.ndarray) -> np.ndarray:
     pos = np.clip(pos, 0, ll.shape[-1] - 1)
     taken = np.take_along_axis(ll, pos[:, None, :], axis=-1)
     return np.where(fitted[:, None, :], taken, np.nan).astype(np.float32)
+
+
+def loglik_dataset(model, window, params: Mapping[str, np.ndarray], fitted: np.ndarray, names) -> xr.Dataset:
+    """The ``log_likelihood`` group: ``reward`` of dims ``(chain, draw, run, point)``.
+
+    Parameters
+    ----------
+    model : BatchedModel
+    window : FitWindow
+        The fitted points (as sampled).
+    params : mapping of str to ndarray
+        The model's variables, each (run, chain, draw).
+    fitted : ndarray of bool, shape (run, point)
+        Which observed points are fitted (the observed layout of the result).
+    names : array_like of str
+        Run names.
+    """
+    first = params[model.var_names[0]]
+    n_runs, chains, samples = first.shape
+    flat = {k: params[k].reshape(n_runs, -1) for k in model.var_names}
+    ll = pointwise_loglik(model, window, flat)  # run, sample, window point
+    width = fitted.shape[1]
+    if ll.shape[-1] < width:
+        ll = np.concatenate([ll, np.full(ll.shape[:-1] + (width - ll.shape[-1],), np.nan, np.float32)], -1)
+    ll = _to_observed_layout(ll[..., :width], fitted).reshape(n_runs, chains, samples, width)
+    coords = {"run": np.asarray(names), "chain": np.arange(chains), "draw": np.arange(samples)}
+    return xr.Dataset(
+        {"reward": (("chain", "draw", "run", "point"), np.moveaxis(ll, 0, 2))},
+        coords={**coords, "point": np.arange(width)},
+    )
 
 
 def build_datatree(
@@ -195,18 +252,7 @@ def build_datatree(
     }
     if log_likelihood:
         source = post if loglik_params is None else loglik_params
-        flat = {k: source[k].reshape(source[k].shape[0], -1) for k in model.var_names}
-        ll = pointwise_loglik(model, window, flat)  # run, sample, window point
-        width = compute.shape[1]
-        if ll.shape[-1] < width:
-            ll = np.concatenate(
-                [ll, np.full(ll.shape[:-1] + (width - ll.shape[-1],), np.nan, np.float32)], -1
-            )
-        ll = _to_observed_layout(ll, fitted).reshape(len(names), chains, samples, width)
-        groups["log_likelihood"] = xr.Dataset(
-            {"reward": (("chain", "draw", "run", "point"), np.moveaxis(ll, 0, 2))},
-            coords={**coords, "point": point},
-        )
+        groups["log_likelihood"] = loglik_dataset(model, window, source, fitted, names)
     dt = xr.DataTree.from_dict(groups)
     dt.attrs["bayes_scalerl_settings"] = json.dumps(settings)
     dt.attrs["inference_library"] = "numpyro"

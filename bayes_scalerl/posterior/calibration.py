@@ -10,13 +10,15 @@ errors into each run's discrepancy scale and draws the ceiling offsets ``Delta``
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+import pandas as pd
 
 from ..data.runs import MIN_POINTS, Runs, in_likelihood
-from ..engine import sample_window
+from ..engine import runtime, sample_window
 from ..models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
 
 __all__ = ["Calibration", "calibrate"]
@@ -59,17 +61,43 @@ def _inner_split(runs: Runs, c_last: np.ndarray, ratio: float, min_compute, R0_f
     fitted = in_likelihood(c, min_compute=min_compute, R0_fitted=R0_fitted) & (c <= last_col)
     before = c <= cut_col
     df = table.assign(_fit=fitted, _before=before, _cut=cut_col)
-    ok = []
-    for name, g in df.groupby("run", sort=False):
-        if int((g["_fit"] & g["_before"]).sum()) >= MIN_POINTS + 1 and bool(
-            (g["_fit"] & ~g["_before"]).any()
-        ):
-            ok.append(name)
+    # a run is refitted if it keeps enough points before its cut and has fitted points after it
+    counts = pd.DataFrame({"run": df["run"], "inner": fitted & before, "later": fitted & ~before})
+    counts = counts.groupby("run", sort=False).sum().reindex(runs.names)
+    ok_mask = (counts["inner"].to_numpy() >= MIN_POINTS + 1) & (counts["later"].to_numpy() > 0)
+    ok = [n for n, k in zip(runs.names, ok_mask, strict=True) if k]
     keep = df["run"].isin(ok)
     inner = df[keep & df["_before"]].drop(columns=["_fit", "_before", "_cut"]).reset_index(drop=True)
     held = df[keep & df["_fit"] & ~df["_before"]].reset_index(drop=True)
-    rows = np.array([runs.names.index(n) for n in ok], dtype=int)
+    rows = np.flatnonzero(ok_mask)
     return dataclasses.replace(runs, table=inner), held, rows
+
+
+#: Runs per block of the refit's predictive moments (bounds their memory).
+_BLOCK = 64
+
+
+def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray):
+    """Mean and variance of a new evaluation under each refit's posterior, shape (run, q).
+
+    The curve's mean over the draws, and its variance over the draws plus the mean noise
+    variance; in blocks of runs, on every core (NumPy releases the GIL).
+    """
+    n_runs = grid.shape[0]
+    mean, var = np.empty_like(grid), np.empty_like(grid)
+
+    def block(lo: int) -> None:
+        sl = slice(lo, min(lo + _BLOCK, n_runs))
+        params = {k: draws[k][sl].reshape(grid[sl].shape[0], -1)[..., None] for k in model.var_names}
+        R0 = params.get("R0", R0_obs[sl, None, None])
+        mu = model.mean(grid[sl, None, :], params, R0, None)  # run, sample, q
+        mean[sl] = mu.mean(axis=1)
+        var[sl] = mu.var(axis=1) + np.mean(params["sigma"] ** 2, axis=1)
+
+    starts = range(0, n_runs, _BLOCK)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(starts), runtime.n_cpus()))) as pool:
+        list(pool.map(block, starts))
+    return mean, var
 
 
 def calibrate(
@@ -123,19 +151,16 @@ def calibrate(
         valid = np.arange(width)[None, :] < sizes[:, None]
         grid = np.ones((len(names), width))
         grid[valid] = held["compute"].to_numpy(float)
-        params = {k: draws[k].reshape(len(names), -1)[..., None] for k in model.var_names}
-        R0 = params.get("R0", iw.R0[:, None, None])
-        mu = model.mean(grid[:, None, :], params, R0, None)  # run, sample, q
-        var = mu.var(axis=1) + np.mean(params["sigma"] ** 2, axis=1)
+        mean, var = _predictive_moments(model, draws, iw.R0, grid)
         if priors.likelihood == "binomial" and "n_eval" in held.columns:
             from ..models.scalerl import binomial_variance
 
             nv = np.ones_like(grid)
             nv[valid] = held["n_eval"].to_numpy(float)
-            var = var + binomial_variance(np.clip(mu.mean(axis=1), 0, 1), nv)
+            var = var + binomial_variance(np.clip(mean, 0, 1), nv)
         err = np.zeros_like(grid)
         err[valid] = held["reward"].to_numpy(float)
-        err = err - mu.mean(axis=1)
+        err = err - mean
         h = np.log(grid / held.groupby("run", sort=False)["_cut"].first().reindex(names).to_numpy()[:, None])
         s = (settings.horizon * discrepancy_shape(h, settings.horizon)) ** 2
         err_all, var_all = err[valid], var[valid]

@@ -44,7 +44,7 @@ def fit_family(
     target_accept: float = 0.99,
     max_tree_depth: int = 8,
     chunk_size: int = 512,
-    log_likelihood: bool = True,
+    log_likelihood: bool = False,
     progress: bool | None = None,
     executor: str | object = "local",
     checkpoint_dir: str | os.PathLike | None = None,

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..engine import STATS, SamplerConfig, padded_inputs, sample_window
+from ..engine import STATS, SamplerConfig, padded_inputs, runtime, sample_window
 from ..models.hierarchical import HYPER_VARS, HierIndex, HierPriors
 from ..models.pooling import pool_data, sample_pooled
 from ..models.sigmoid import SigmoidModel
@@ -77,9 +77,10 @@ def sample_two_stage(
 
     data = model.data({k: jnp.asarray(v) for k, v in padded_inputs(window).items()})
     pd = pool_data(data, idx, np.log(flat("B")), np.log(flat("C_mid")), flat("sigma"), flat("A"), hp)
-    rec = sample_pooled(
-        k2, pd, hp, chains=config.chains, warmup=config.warmup, samples=config.samples, thin=THIN
-    )
+    with runtime.phase("sample"):
+        rec = sample_pooled(
+            k2, pd, hp, chains=config.chains, warmup=config.warmup, samples=config.samples, thin=THIN
+        )
     post = {k: np.moveaxis(rec[k], -1, 0) for k in ("A", "B", "C_mid", "sigma")}  # run, chain, draw
     extra, coords = _levels(rec, idx)
     moved = rec["moved"][..., idx.curve_train]  # chain, draw, run

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ..engine import runtime
 from ..models.curve import scalerl_curve
 from ..models.discrepancy import discrepancy_shape
 from .diagnostics import convergence, run_diagnostics
@@ -20,6 +22,24 @@ __all__ = ["FitResult", "QUANTILES"]
 
 #: Quantiles reported by summaries and predictions.
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+#: Runs per block of :meth:`FitResult.observed_predictions` (bounds its memory).
+PREDICT_CHUNK = 64
+
+
+def _encoding(dt: xr.DataTree) -> dict:
+    """Encoding of :meth:`FitResult.save`: compress the numeric variables outside ``posterior``."""
+    enc = {}
+    for node in dt.subtree:
+        if node.name == "posterior" or not node.has_data:
+            continue
+        enc[node.path] = {
+            k: {"zlib": True, "complevel": 1, "shuffle": True}
+            for k, v in node.data_vars.items()
+            if v.dtype.kind in "biuf" and v.ndim > 0
+        }
+    return enc
 
 
 def _qname(q: float) -> str:
@@ -68,22 +88,29 @@ class FitResult:
         """Posterior variables of the runs, in the order summaries list them."""
         return list(self.model.var_names)
 
-    def draws(self, name: str) -> np.ndarray:
-        """Draws of a posterior variable as an array of shape ``(run, chain * draw)``."""
+    def draws(self, name: str, idx: np.ndarray | None = None) -> np.ndarray:
+        """Draws of a posterior variable as an array of shape ``(run, chain * draw)``.
+
+        ``idx`` (integer positions of runs) selects runs before the copy.
+        """
         x = self.dt["posterior"][name].values  # chain, draw, run
+        if idx is not None:
+            x = x[..., idx]
         return np.moveaxis(x, -1, 0).reshape(x.shape[-1], -1)
 
     def _delta(self, idx) -> np.ndarray | None:
         """Draws of the ceiling offset of the calibrated discrepancy (run, sample), if any."""
         if "delta" not in self.dt["posterior"].data_vars:
             return None
-        return self.draws("delta")[idx]
+        return self.draws("delta", idx)
 
-    def _R0_draws(self) -> np.ndarray:
+    def _R0_draws(self, idx: np.ndarray | None = None) -> np.ndarray:
         if "R0" in self.dt["posterior"].data_vars:
-            return self.draws("R0")
+            return self.draws("R0", idx)
         r0 = self.dt["constant_data"]["R0_obs"].values
-        return np.broadcast_to(r0[:, None], self.draws("sigma").shape)
+        r0 = r0 if idx is None else r0[idx]
+        post = self.dt["posterior"]
+        return np.broadcast_to(r0[:, None], (r0.shape[0], post.sizes["chain"] * post.sizes["draw"]))
 
     # ------------------------------------------------------------------ tables
     def _convergence(self, names: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
@@ -102,12 +129,17 @@ class FitResult:
             cache.update(dt=self.dt, vars={})
         done = cache["vars"]
         post = self.dt["posterior"]
-        for name in names:
-            if name not in done:
-                x = post[name]
-                if name == "A" and "delta" in post.data_vars:
-                    x = x - post["delta"]
-                done[name] = convergence(x.transpose("chain", "draw", ...).values)
+
+        def one(name: str) -> dict[str, np.ndarray]:
+            x = post[name]
+            if name == "A" and "delta" in post.data_vars:
+                x = x - post["delta"]
+            return convergence(x.transpose("chain", "draw", ...).values)
+
+        todo = [n for n in dict.fromkeys(names) if n not in done]
+        # NumPy releases the GIL in the sorts and FFTs: one variable per thread
+        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), runtime.n_cpus()))) as pool:
+            done.update(zip(todo, pool.map(one, todo), strict=True))
         return {name: done[name] for name in names}
 
     def summary(self, *, var_names: Sequence[str] | None = None) -> pd.DataFrame:
@@ -159,13 +191,58 @@ class FitResult:
             cache["table"] = run_diagnostics(self.dt, names, convergence_by_var=conv)
         return cache["table"].copy()
 
+    # ------------------------------------------------------------------ log-likelihood
+    def log_likelihood(self) -> xr.Dataset:
+        """The pointwise log-likelihood of every fitted point under every draw.
+
+        The stored ``log_likelihood`` group when the fit kept one, otherwise computed
+        from the draws and the data (the model's likelihood, written once in JAX, in
+        chunks of runs). With the calibrated discrepancy the likelihood is that of the
+        sampler's own draws (the ceiling without its offset beyond the data).
+
+        Returns
+        -------
+        xarray.Dataset
+            ``reward`` of dims ``(chain, draw, run, point)`` in float32, NaN where a
+            point is not fitted (ArviZ's ``log_likelihood`` group).
+        """
+        if "log_likelihood" in self.dt.children:
+            return self.dt["log_likelihood"].to_dataset()
+        from .assemble import loglik_dataset, window_from_datatree
+
+        model = self.model
+        post = self.dt["posterior"]
+        params = {}
+        for name in model.var_names:
+            x = post[name]
+            if name == "A" and "delta" in post.data_vars:
+                x = x - post["delta"]
+            params[name] = np.moveaxis(x.transpose("chain", "draw", "run").values, -1, 0)
+        fitted = np.asarray(self.dt["constant_data"]["in_fit"].values, bool)
+        with runtime.x64():
+            return loglik_dataset(model, window_from_datatree(self.dt), params, fitted, self.run_names)
+
+    def with_log_likelihood(self) -> FitResult:
+        """This result with the ``log_likelihood`` group (for ArviZ's ``loo``, ``compare``).
+
+        Examples
+        --------
+        >>> import arviz_stats as azs                              # doctest: +SKIP
+        >>> azs.loo(res.with_log_likelihood().dt.isel(run=0))      # doctest: +SKIP
+        """
+        if "log_likelihood" in self.dt.children:
+            return self
+        dt = self.dt.copy()
+        dt["log_likelihood"] = xr.DataTree(self.log_likelihood())
+        return FitResult(dt)
+
     # ------------------------------------------------------------------ prediction
     def predict_draws(
         self,
         compute,
         *,
         kind: str = "observation",
-        seed: int = 0,
+        seed: int | np.random.Generator = 0,
         runs: Sequence[str] | None = None,
         discrepancy: bool = True,
     ) -> np.ndarray:
@@ -181,8 +258,9 @@ class FitResult:
             binomial at the run's median ``n_eval`` plus the extra term; AR(1): the
             forecast given the run's last fitted residual, see ``_ar1_forecast``),
             clipped to ``[0, 1]``.
-        seed : int
-            Seed of the observation noise.
+        seed : int or numpy.random.Generator
+            Seed of the observation noise (or the generator to draw it from, so that
+            calls on successive blocks of runs draw fresh noise).
         runs : sequence of str, optional
             Restrict to these runs.
         discrepancy : bool
@@ -196,26 +274,36 @@ class FitResult:
         """
         if kind not in ("observation", "curve"):
             raise ValueError(f"kind must be 'observation' or 'curve', got {kind!r}")
-        idx = np.arange(len(self.run_names))
-        if runs is not None:
-            lookup = {r: i for i, r in enumerate(self.run_names)}
-            missing = [r for r in runs if r not in lookup]
-            if missing:
-                raise KeyError(f"unknown run(s): {', '.join(map(repr, missing))}")
-            idx = np.array([lookup[r] for r in runs], dtype=int)
+        idx = self._run_index(runs)
         c = np.asarray(compute, float)
         c = np.broadcast_to(c, (len(idx), c.shape[-1])) if c.ndim == 1 else c
+        return self._predict(idx, c, kind, np.random.default_rng(seed), discrepancy)
+
+    def _run_index(self, runs: Sequence[str] | None) -> np.ndarray:
+        """Positions of ``runs`` (all runs when None); KeyError naming unknown ones."""
+        if runs is None:
+            return np.arange(len(self.run_names))
+        lookup = {r: i for i, r in enumerate(self.run_names)}
+        missing = [r for r in runs if r not in lookup]
+        if missing:
+            raise KeyError(f"unknown run(s): {', '.join(map(repr, missing))}")
+        return np.array([lookup[r] for r in runs], dtype=int)
+
+    def _predict(
+        self, idx: np.ndarray, c: np.ndarray, kind: str, rng: np.random.Generator, discrepancy: bool
+    ) -> np.ndarray:
+        """:meth:`predict_draws` of the runs at positions ``idx``, computes ``c`` (run, q)."""
         model = self.model
-        params = {n: self.draws(n)[idx][..., None] for n in model.var_names}
+        params = {n: self.draws(n, idx)[..., None] for n in model.var_names}
         cd = self.dt["constant_data"]
-        R0 = self._R0_draws()[idx][..., None]
+        R0 = self._R0_draws(idx)[..., None]
         c_ref = cd["C_ref"].values[idx][:, None, None] if "C_ref" in cd else None
         delta = self._delta(idx)
         if delta is not None:  # the curve is the sigmoid's, plus the discrepancy
             params["A"] = params["A"] - delta[..., None]
         mu = model.mean(c[:, None, :], params, R0, c_ref)
         if delta is not None and discrepancy:
-            level = self.draws("delta_level")[idx][..., None]
+            level = self.draws("delta_level", idx)[..., None]
             horizon = float(self.settings["discrepancy"]["horizon"])
             h = np.log(np.maximum(c, 1e-300) / cd["C_ref"].values[idx][:, None])
             grow = discrepancy_shape(h, horizon)[:, None, :]
@@ -223,7 +311,6 @@ class FitResult:
         if kind == "curve":
             return mu
         sigma = params["sigma"]
-        rng = np.random.default_rng(seed)
         priors = self.settings.get("priors") or {}
         likelihood = priors.get("likelihood", "gaussian")
         if likelihood == "student_t":
@@ -232,7 +319,7 @@ class FitResult:
             # a new evaluation with the run's median number of graded generations
             from ..models.scalerl import binomial_variance
 
-            n_ref = np.nanmedian(self.dt["constant_data"]["n_eval"].values[idx], axis=1)[:, None, None]
+            n_ref = np.nanmedian(cd["n_eval"].values[idx], axis=1)[:, None, None]
             var = sigma**2 + binomial_variance(np.clip(mu, 0.0, 1.0), n_ref)
             noise = np.sqrt(var) * rng.standard_normal(mu.shape)
         elif likelihood == "ar1":
@@ -240,7 +327,8 @@ class FitResult:
             noise = sd * rng.standard_normal(mu.shape)
         else:
             noise = sigma * rng.standard_normal(mu.shape)
-        return np.clip(mu + noise, 0.0, 1.0)
+        out = mu + noise
+        return np.clip(out, 0.0, 1.0, out=out)
 
     def _ar1_forecast(self, idx, c, mu, sigma):
         """AR(1) forecast of new evaluations after each run's last fitted one.
@@ -253,17 +341,17 @@ class FitResult:
         cd = self.dt["constant_data"]
         comp, fitted = cd["compute"].values[idx], cd["in_fit"].values[idx]
         y = self.dt["observed_data"]["reward"].values[idx]
-        rho = self.draws("rho")[idx][..., None]
+        rho = self.draws("rho", idx)[..., None]
         last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)  # last fitted point per run
         rows = np.arange(len(idx))
         c_last, y_last = comp[rows, last], y[rows, last]
         spacing = np.array(
             [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
         )
-        A, B, C = (self.draws(n)[idx] for n in ("A", "B", "C_mid"))
+        A, B, C = (self.draws(n, idx) for n in ("A", "B", "C_mid"))
         delta = self._delta(idx)
         A = A if delta is None else A - delta
-        mu_last = scalerl_curve(c_last[:, None], A, B, C, self._R0_draws()[idx])  # run, sample
+        mu_last = scalerl_curve(c_last[:, None], A, B, C, self._R0_draws(idx))  # run, sample
         e_last = (y_last[:, None] - mu_last)[..., None]
         k = (c - c_last[:, None]) / spacing[:, None]  # run, q
         ahead = (k > 0) & np.isfinite(k)
@@ -305,6 +393,12 @@ class FitResult:
         pandas.DataFrame
             Columns ``run, compute, observed, in_fit, q05, q25, q50, q75, q95``;
             ``observed`` is NaN (and ``in_fit`` False) at the extra computes.
+
+        Notes
+        -----
+        Runs are predicted in blocks of ``PREDICT_CHUNK`` (64), in parallel threads, each
+        block with the noise generator ``numpy.random.default_rng([seed, block])``: memory
+        stays bounded by the block and the values do not depend on the number of cores.
         """
         cd = self.dt["constant_data"].to_dataset()
         od = self.dt["observed_data"].to_dataset()
@@ -318,8 +412,21 @@ class FitResult:
         dup = np.zeros_like(in_fit)
         dup[:, compute.shape[1] :] = np.isin(grid[:, compute.shape[1] :], compute) if extra.size else False
         keep = ~np.isnan(grid) & ~dup
-        draws = self.predict_draws(np.nan_to_num(grid), kind="observation", seed=seed)  # run, sample, q
-        qs = np.quantile(draws, list(QUANTILES), axis=1)  # quantile, run, q
+        grid0 = np.nan_to_num(grid)
+        # blocks of PREDICT_CHUNK runs, each with its own generator (seed, block): memory
+        # bounded by the block, blocks on every core (NumPy releases the GIL), and the
+        # same values whatever the number of cores
+        qs = np.empty((len(QUANTILES), n_runs, grid.shape[1]))
+
+        def block(lo: int) -> None:
+            idx = np.arange(lo, min(lo + PREDICT_CHUNK, n_runs))
+            rng = np.random.default_rng([seed, lo // PREDICT_CHUNK])
+            draws = self._predict(idx, grid0[idx], "observation", rng, True)  # run, sample, q
+            qs[:, idx] = np.quantile(draws, list(QUANTILES), axis=1)
+
+        starts = range(0, n_runs, PREDICT_CHUNK)
+        with ThreadPoolExecutor(max_workers=max(1, min(len(starts), runtime.n_cpus()))) as pool:
+            list(pool.map(block, starts))
         runs = np.repeat(np.array(self.run_names, dtype=object), grid.shape[1]).reshape(grid.shape)
         out = {"run": runs[keep], "compute": grid[keep], "observed": observed[keep], "in_fit": in_fit[keep]}
         for k, q in enumerate(QUANTILES):
@@ -331,12 +438,17 @@ class FitResult:
 
     # ------------------------------------------------------------------ I/O
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the DataTree to netCDF atomically (a temporary file, then a rename)."""
+        """Write the DataTree to netCDF atomically (a temporary file, then a rename).
+
+        Every group but ``posterior`` is compressed (zlib level 1 with byte shuffling:
+        sampler statistics, step sizes and masks shrink several-fold at little cost; the
+        float64 draws themselves do not, and are written as they are).
+        """
         from ..data.files import atomic_file
 
         path = Path(path)
         with atomic_file(path) as tmp:
-            self.dt.to_netcdf(tmp, engine="h5netcdf")
+            self.dt.to_netcdf(tmp, engine="h5netcdf", encoding=_encoding(self.dt))
         return path
 
     @classmethod

@@ -61,7 +61,8 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
         if _model(result) == "independent":
             from ..analyses.identify import identifiability
 
-            ident = identifiability(result)
+            with runtime.phase("identifiability"):
+                ident = identifiability(result)
             diag = diag.merge(ident[["run", *IDENTIFIABILITY_COLUMNS]], on="run", how="left")
     cd = result.dt["constant_data"]
     if "discrepancy_tau" in cd:
@@ -77,6 +78,7 @@ def write_fit_folder_tables(
     """Write the folder; return the paths and the summary and diagnostics tables."""
     import matplotlib.pyplot as plt
 
+    from .overview import OVERVIEW_MIN_RUNS, plot_overview
     from .plots import plot_curves
 
     out = Path(out)
@@ -87,13 +89,19 @@ def write_fit_folder_tables(
         "posterior": "posterior.nc",
         "curves": "curves.png",
     }
+    phase = runtime.phase
     with runtime.x64(), atomic_output_dir(out) as tmp:
-        summary = result.summary()
-        summary.to_csv(tmp / names["summary"], index=False)
-        result.observed_predictions(list(predict)).to_csv(tmp / names["predictions"], index=False)
-        diag = fit_diagnostics(result)
-        diag.to_csv(tmp / names["diagnostics"], index=False)
-        result.save(tmp / names["posterior"])
+        with phase("diagnostics"):
+            summary = result.summary()
+            diag = fit_diagnostics(result)
+        with phase("predictions"):
+            predictions = result.observed_predictions(list(predict))
+        with phase("write"):
+            summary.to_csv(tmp / names["summary"], index=False)
+            predictions.to_csv(tmp / names["predictions"], index=False)
+            del predictions
+            diag.to_csv(tmp / names["diagnostics"], index=False)
+            result.save(tmp / names["posterior"])
         if _model(result) == "hierarchical":
             from ..analyses.comparisons import recipe_summary
             from ..posterior.diagnostics import sampler_diagnostics
@@ -102,11 +110,15 @@ def write_fit_folder_tables(
             names["sampler"] = "sampler.csv"
             recipe_summary(result).to_csv(tmp / names["recipes"], index=False)
             sampler_diagnostics(result.dt).to_csv(tmp / names["sampler"], index=False)
-        fig = plot_curves(result)
-        try:
-            fig.savefig(tmp / names["curves"], dpi=120)
-        finally:
-            plt.close(fig)
+        with phase("plot"):
+            if len(result.run_names) >= OVERVIEW_MIN_RUNS:
+                fig = plot_overview(result, diag, budget=max(predict) if len(predict) else None)
+            else:
+                fig = plot_curves(result)
+            try:
+                fig.savefig(tmp / names["curves"], dpi=120)
+            finally:
+                plt.close(fig)
     return {key: out / name for key, name in names.items()}, summary, diag
 
 
@@ -123,7 +135,10 @@ def write_fit_folder(
     - ``diagnostics.csv``: :func:`fit_diagnostics` (with the identifiability of ``A`` for an
       independent fit);
     - ``posterior.nc``: the ArviZ DataTree (:meth:`FitResult.save`);
-    - ``curves.png``: data, median curve and 90% band of every run;
+    - ``curves.png``: data, median curve and 90% band of every run; from 25 runs on, the
+      overview instead (:func:`~bayes_scalerl.report.overview.plot_overview`: every run's
+      ``A`` and forecast at the largest ``predict`` compute, then the curves of the runs
+      that most need a look);
     - a hierarchical fit adds ``recipes.csv`` (each recipe's ``A``, ``B``, ``C_mid``) and
       ``sampler.csv`` (R-hat, ESS and divergences of every parameter).
 

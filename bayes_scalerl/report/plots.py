@@ -26,7 +26,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from ..models.curve import linearised  # noqa: E402
 from ..posterior.results import FitResult  # noqa: E402
 
-__all__ = ["plot_curves", "plot_forest", "plot_linearised"]
+__all__ = ["plot_curves", "draw_curves", "curves_legend", "plot_forest", "plot_linearised"]
 
 #: Okabe-Ito colours, in the order runs get them (yellow last: weak on white paper).
 _PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -277,9 +277,46 @@ def plot_curves(
     panels = _panels(result, names, group_by)[:max_panels]
     if not panels:
         raise ValueError("no runs to plot")
-    overlay = group_by is not None
-    lookup = _index(result)
     fig, axes, ncols = _panel_grid(len(panels), ncols, (3.2, 2.55), sharey=True)
+    draw_curves(
+        axes,
+        result,
+        panels,
+        overlay=group_by is not None,
+        max_compute=max_compute,
+        ci_prob=ci_prob,
+        kind=kind,
+        seed=seed,
+        ncols=ncols,
+    )
+    _figure_legend(fig, curves_legend(ci_prob, kind), narrow=ncols < 3)
+    return fig
+
+
+def curves_legend(ci_prob: float = 0.9, kind: str = "observation") -> list:
+    """Legend entries of the curve panels of :func:`draw_curves`."""
+    what = "new evaluation" if kind == "observation" else "curve"
+    return _style_legend(f"{round(ci_prob * 100):d}% interval ({what})")
+
+
+def draw_curves(
+    axes: Sequence,
+    result: FitResult,
+    panels: Sequence[tuple[str, Sequence[str]]],
+    *,
+    overlay: bool = False,
+    max_compute: float | None = None,
+    ci_prob: float = 0.9,
+    kind: str = "observation",
+    seed: int = 0,
+    ncols: int = 4,
+) -> None:
+    """Draw the curve panels of :func:`plot_curves` into ``axes``, one per ``(title, runs)``.
+
+    ``overlay``: several runs per panel in different colours and markers, with a legend;
+    the first axes of every row of ``ncols`` gets the reward label.
+    """
+    lookup = _index(result)
     lo_q, hi_q = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
     rng = np.random.default_rng(seed)
     for ax, (title, members) in zip(axes, panels, strict=True):
@@ -335,11 +372,6 @@ def plot_curves(
     for k, ax in enumerate(axes):
         if k % ncols == 0:
             ax.set_ylabel("reward", fontsize=_FS_LABEL)
-    what = "new evaluation" if kind == "observation" else "curve"
-    band_label = f"{round(ci_prob * 100):d}% interval ({what})"
-    items = _style_legend(band_label)
-    _figure_legend(fig, items, narrow=ncols < 3)
-    return fig
 
 
 # ---------------------------------------------------------------------- forest
