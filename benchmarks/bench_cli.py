@@ -14,8 +14,10 @@ write and plot. Peak memory is the process's maximum resident set size (``wait4`
 Beside it, a loop of ``scipy.optimize.curve_fit`` (the paper's least-squares fit, one run
 at a time, in this process) on the same runs.
 
-Each size runs once untimed first when ``--warm`` (the default), so the timed process
-finds the compiled programs in the persistent cache, as a user's second command does.
+With ``--warm`` (the default) each noise model first runs once untimed on the smallest size:
+on a CPU every size then runs the same group program (64 runs a group, the same padded
+point count), so each timed process finds it in the persistent compilation cache, as a
+user's second command does.
 
     python benchmarks/bench_cli.py --runs 100 1000 10000 --out benchmarks/results/bench-cli.md
 """
@@ -142,6 +144,11 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if args.warm:
+            small = tmp / "warm.csv"
+            simulate(min(args.runs)).to_csv(small, index=False)
+            for disc in args.discrepancy:
+                run_command(small, tmp / "warm", ["--discrepancy", disc])
         for n in args.runs:
             df = simulate(n)
             data = tmp / f"runs{n}.csv"
@@ -150,10 +157,7 @@ def main(argv=None) -> None:
             for disc in args.discrepancy:
                 if disc == "calibrated" and n > args.max_calibrated:
                     continue
-                extra = ["--discrepancy", disc]
-                if args.warm:
-                    run_command(data, tmp / "warm", extra)
-                r = run_command(data, tmp / "out", extra)
+                r = run_command(data, tmp / "out", ["--discrepancy", disc])
                 ph = r["phases"]
                 after = sum(ph.get(k, 0.0) for k in AFTER_SAMPLING)
                 rows.append((n, disc, r, after, scipy_s))
@@ -171,8 +175,12 @@ def main(argv=None) -> None:
         "",
         f"Command: `python benchmarks/bench_cli.py {' '.join(argv if argv is not None else sys.argv[1:])}`."
         " Each row is one process `bayes-scalerl fit data.csv --out DIR --predict 32000 --discrepancy X`"
-        " (4 chains x 500 + 500), timed after an untimed run of the same command"
-        + (" (programs in the persistent cache)." if args.warm else " (no warm-up run)."),
+        " (4 chains x 500 + 500)"
+        + (
+            ", after an untimed run on the smallest size (programs in the persistent cache)."
+            if args.warm
+            else " (no warm-up run)."
+        ),
         "Phase columns are the command's own `time (s):` line, in seconds; `other` is what no phase"
         " covers (argument parsing, imports inside the commands, freeing memory); the wall time also"
         " holds Python's start and the package import.",

@@ -549,6 +549,14 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     low_bfmi = diag.loc[diag["bfmi_min"] < 0.3, "run"].tolist()
     if low_bfmi:
         print(f"low E-BFMI (< 0.3: the sampler explores the energy poorly): {_listing(low_bfmi)}")
+    if "falls" in diag.columns and diag["falls"].any():
+        fall = diag[diag["falls"].astype(bool)]
+        shown = [f"{r} (by {d:.3f})" for r, d in zip(fall["run"], fall["reward_drop"], strict=True)]
+        print(
+            "reward falls during training, beyond noise (the ScaleRL curve only rises and cannot "
+            "describe it: look at the run, or fit up to its peak with --fit-until; see reward_drop "
+            f"in diagnostics.csv): {_listing(shown)}"
+        )
     if "discrepancy_tau" in diag.columns:
         tau = diag["discrepancy_tau"]
         n_batch = int((diag["discrepancy_from"] == "batch").sum())

@@ -36,7 +36,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -245,6 +245,7 @@ def sample_window(
     group_size: int | None = None,
     executor: Any = "local",
     checkpoint_dir: str | os.PathLike | None = None,
+    keep: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Sample every run of a :class:`~bayes_scalerl.data.runs.FitWindow` under ``model``.
 
@@ -284,6 +285,9 @@ def sample_window(
         fit loads the finished chunks and samples only the rest. A folder holding chunks
         of different inputs is refused with
         :class:`~bayes_scalerl.engine.checkpoint.CheckpointMismatch`.
+    keep : sequence of str, optional
+        Return only these arrays (default all): the others are dropped chunk by chunk,
+        so they never take memory for every run at once (checkpoints still hold all).
 
     Returns
     -------
@@ -313,6 +317,8 @@ def sample_window(
 
     def put(lo: int, hi: int, chunk: dict) -> None:
         for k, v in chunk.items():
+            if keep is not None and k not in keep:
+                continue
             if k not in out:
                 out[k] = np.empty((n_runs,) + v.shape[1:], v.dtype)
             out[k][lo:hi] = v

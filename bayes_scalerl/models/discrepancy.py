@@ -89,6 +89,7 @@ class Discrepancy:
 #: The grid of each scale (``omega`` and ``tau``, reward and reward per unit of log compute).
 SCALE_GRID = np.concatenate([[0.0], np.geomspace(2e-4, 0.3, 31)])
 _POINT_BLOCK = 2048  # leave-future-out points per block of scale_posteriors
+_RUN_BLOCK = 256  # runs per block of draw_offsets' search
 
 
 def discrepancy_shape(h: np.ndarray, horizon: float) -> np.ndarray:
@@ -172,13 +173,19 @@ def draw_offsets(
     cdf = np.cumsum(post.reshape(n_runs, k * k), axis=1)
     cdf /= cdf[:, -1:]
     u = rng.random((n_runs, per_run))
-    # one search for every run: run i's CDF shifted to [i, i + 1], its uniforms likewise
-    offset = np.arange(n_runs, dtype=float)[:, None]
-    flat = np.searchsorted((cdf + offset).ravel(), (u + offset).ravel(), side="right")
-    idx = np.minimum(flat.reshape(n_runs, per_run) - k * k * np.arange(n_runs)[:, None], k * k - 1)
-    omega, tau = SCALE_GRID[idx // k], SCALE_GRID[idx % k]
-    z = rng.standard_normal((2, n_runs, per_run))
-    return (omega * z[0]).reshape(shape), (horizon * tau * z[1]).reshape(shape)
+    # one search per block of runs: run i's CDF shifted to [i, i + 1], its uniforms likewise
+    cell = np.empty((n_runs, per_run), np.int16)  # k * k = 1024 cells
+    for lo in range(0, n_runs, _RUN_BLOCK):
+        hi = min(lo + _RUN_BLOCK, n_runs)
+        offset = np.arange(hi - lo, dtype=float)[:, None]
+        flat = np.searchsorted((cdf[lo:hi] + offset).ravel(), (u[lo:hi] + offset).ravel(), side="right")
+        cell[lo:hi] = np.minimum(flat.reshape(hi - lo, per_run) - k * k * offset.astype(int), k * k - 1)
+    del u
+    level = rng.standard_normal((n_runs, per_run))  # the same stream as one (2, run, draw) call
+    level *= SCALE_GRID[cell // k]
+    dev = rng.standard_normal((n_runs, per_run))
+    dev *= horizon * SCALE_GRID[cell % k]
+    return level.reshape(shape), dev.reshape(shape)
 
 
 def scale_summary(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

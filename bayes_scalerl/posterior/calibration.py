@@ -144,7 +144,8 @@ def calibrate(
             min_compute=min_compute, R0_fitted=priors.R0_fitted, pad_points=window.reward.shape[1]
         )
         key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
-        draws = sample_window(key, iw, model, config, **sample_kwargs)
+        # the refit's draws only: its sampler statistics would double the memory
+        draws = sample_window(key, iw, model, config, keep=tuple(model.var_names), **sample_kwargs)
         names = inner_runs.names
         sizes = held.groupby("run", sort=False).size().reindex(names).to_numpy()
         width = int(sizes.max())
@@ -152,6 +153,7 @@ def calibrate(
         grid = np.ones((len(names), width))
         grid[valid] = held["compute"].to_numpy(float)
         mean, var = _predictive_moments(model, draws, iw.R0, grid)
+        del draws
         if priors.likelihood == "binomial" and "n_eval" in held.columns:
             from ..models.scalerl import binomial_variance
 

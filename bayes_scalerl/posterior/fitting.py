@@ -239,6 +239,7 @@ def fit(
             "discrepancy_tau": cal.tau,
             "discrepancy_own": cal.own,
         }
+        del cal, ceiling  # the offsets live on in post["delta"]
     with runtime.phase("assemble"):
         dt = build_datatree(
             runs,

@@ -9,6 +9,7 @@ them on first use.
 """
 
 from .outputs import (
+    DECLINE_COLUMNS,
     DISCREPANCY_COLUMNS,
     IDENTIFIABILITY_COLUMNS,
     fit_diagnostics,
@@ -17,6 +18,7 @@ from .outputs import (
 )
 
 __all__ = [
+    "DECLINE_COLUMNS",
     "DISCREPANCY_COLUMNS",
     "IDENTIFIABILITY_COLUMNS",
     "fit_diagnostics",

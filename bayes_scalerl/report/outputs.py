@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..analyses.decline import decline
 from ..data.files import atomic_output_dir
 from ..engine import runtime
 from ..posterior.results import FitResult
@@ -23,12 +24,15 @@ __all__ = [
     "write_fit_folder_tables",
     "fit_diagnostics",
     "IDENTIFIABILITY_COLUMNS",
+    "DECLINE_COLUMNS",
     "DISCREPANCY_COLUMNS",
 ]
 
 #: Identifiability columns of ``diagnostics.csv`` (independent fits).
 IDENTIFIABILITY_COLUMNS = ("a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag")
-#: Columns of ``diagnostics.csv`` for a fit with the calibrated discrepancy (after the identifiability ones).
+#: Columns of ``diagnostics.csv`` on a fall of the reward during training (every fit).
+DECLINE_COLUMNS = ("reward_drop", "falls")
+#: Columns of ``diagnostics.csv`` for a fit with the calibrated discrepancy (after the others).
 DISCREPANCY_COLUMNS = ("discrepancy_omega", "discrepancy_tau", "discrepancy_from")
 
 
@@ -50,7 +54,9 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
         :meth:`FitResult.diagnostics` (``run, n_points, r_hat_max, ess_bulk_min,
         ess_tail_min, divergences, bfmi_min, converged``); for an independent fit also
         ``a_width90, a_contraction, p_cmid_beyond_data, a_identified, a_flag`` from
-        :func:`~bayes_scalerl.identifiability`; for a fit with the calibrated discrepancy
+        :func:`~bayes_scalerl.identifiability`; then ``reward_drop, falls`` (how far the
+        fitted reward falls from its best level, and whether that is beyond noise: see
+        :func:`bayes_scalerl.analyses.decline.decline`); for a fit with the calibrated discrepancy
         also ``discrepancy_omega, discrepancy_tau`` (each run's level-offset sd and slope
         of its deviation beyond the data, root mean square under its posterior) and
         ``discrepancy_from`` (``run+batch``: learnt from the run's own leave-future-out
@@ -64,6 +70,9 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
             with runtime.phase("identifiability"):
                 ident = identifiability(result)
             diag = diag.merge(ident[["run", *IDENTIFIABILITY_COLUMNS]], on="run", how="left")
+    falls = decline(result.dt)
+    diag["reward_drop"] = falls["drop"].to_numpy()
+    diag["falls"] = falls["falls"].to_numpy()
     cd = result.dt["constant_data"]
     if "discrepancy_tau" in cd:
         diag["discrepancy_omega"] = cd["discrepancy_omega"].values
