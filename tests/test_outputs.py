@@ -15,7 +15,11 @@ import bayes_scalerl as bs  # noqa: E402
 from bayes_scalerl.cli import main  # noqa: E402
 from bayes_scalerl.data.files import atomic_file, atomic_output_dir, new_file_mode  # noqa: E402
 from bayes_scalerl.report import plots  # noqa: E402
-from bayes_scalerl.report.outputs import DISCREPANCY_COLUMNS, IDENTIFIABILITY_COLUMNS  # noqa: E402
+from bayes_scalerl.report.outputs import (  # noqa: E402
+    DECLINE_COLUMNS,
+    DISCREPANCY_COLUMNS,
+    IDENTIFIABILITY_COLUMNS,
+)
 
 FILES = {"summary.csv", "predictions.csv", "diagnostics.csv", "posterior.nc", "curves.png"}
 
@@ -78,7 +82,7 @@ def test_folder_from_python_reads_like_the_cli_one(small_fit, tmp_path, capsys):
     out = tmp_path / "py-fit"
     bs.write_fit_folder(small_fit, out, predict=[32000.0])
     d = pd.read_csv(out / "diagnostics.csv")
-    tail = [*IDENTIFIABILITY_COLUMNS, *DISCREPANCY_COLUMNS]
+    tail = [*IDENTIFIABILITY_COLUMNS, *DECLINE_COLUMNS, *DISCREPANCY_COLUMNS]
     assert list(d.columns[-len(tail) :]) == tail
     assert set(d["discrepancy_from"]) <= {"run+batch", "batch"} and (d["discrepancy_tau"] >= 0).all()
     assert d.run.tolist() == small_fit.run_names
