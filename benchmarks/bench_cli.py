@@ -39,6 +39,9 @@ import numpy as np
 
 import bayes_scalerl as bs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from weak_identification import simulate_frame  # noqa: E402
+
 PHASES = (
     "read",
     "load programs",
@@ -56,18 +59,8 @@ AFTER_SAMPLING = ("calibrate", "assemble", "diagnostics", "identifiability", "pr
 
 
 def simulate(n_runs: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    truth = bs.random_truth(
-        rng,
-        n_runs,
-        A=(0.50, 0.72),
-        B=(1.2, 3.0),
-        C_mid=(2_000.0, 20_000.0),
-        R0=(0.30, 0.45),
-        sigma=(0.006, 0.006),
-    )
-    compute = np.arange(0.0, 8_000.0 + 1e-9, 160.0)
-    return bs.simulate_runs(truth, compute, rng)
+    """The runs of the issue's regime (the weak-identification benchmark's simulator)."""
+    return simulate_frame(n_runs, seed)
 
 
 def run_command(data: Path, out: Path, extra: list[str]) -> dict:

@@ -22,6 +22,11 @@ import bayes_scalerl as bs
 
 
 def simulate(n_runs: int, seed: int) -> bs.Runs:
+    return bs.Runs.from_frame(simulate_frame(n_runs, seed))
+
+
+def simulate_frame(n_runs: int, seed: int):
+    """The regime's runs as a table (``run, compute, reward``)."""
     rng = np.random.default_rng(seed)
     truth = bs.random_truth(
         rng,
@@ -33,7 +38,7 @@ def simulate(n_runs: int, seed: int) -> bs.Runs:
         sigma=(0.006, 0.006),
     )
     compute = np.arange(0.0, 8_000.0 + 1e-9, 160.0)
-    return bs.Runs.from_frame(bs.simulate_runs(truth, compute, rng))
+    return bs.simulate_runs(truth, compute, rng)
 
 
 def main(argv=None) -> None:
