@@ -76,9 +76,15 @@ def small_fitdir(demo_fit, tmp_path):
     return fitdir
 
 
-def test_writes_every_file(demo_report):
+def _figure_keys(result: bs.FitResult) -> list[str]:
+    """The report's figures: rank plots only when some run did not converge."""
+    rank = ["rank"] if not result.diagnostics()["converged"].all() else []
+    return ["curves", "forest", "linearised", *rank]
+
+
+def test_writes_every_file(demo_fit, demo_report):
     fitdir, paths = demo_report
-    assert set(paths) == {"html", "markdown", "curves", "forest", "linearised"}
+    assert set(paths) == {"html", "markdown", *_figure_keys(demo_fit)}
     for p in paths.values():
         assert p.parent == fitdir and p.is_file() and p.stat().st_size > 0
     # the fit's own outputs are untouched and nothing temporary is left behind
@@ -88,12 +94,13 @@ def test_writes_every_file(demo_report):
     assert [p.name for p in fitdir.parent.iterdir()] == [fitdir.name]
 
 
-def test_html_images_are_valid_pngs(demo_report):
+def test_html_images_are_valid_pngs(demo_fit, demo_report):
     _, paths = demo_report
     text = paths["html"].read_text(encoding="utf-8")
     blobs = IMG.findall(text)
-    assert len(blobs) == 3 == text.count("<img ")
-    for blob, key in zip(blobs, ("curves", "forest", "linearised"), strict=True):
+    keys = _figure_keys(demo_fit)
+    assert len(blobs) == len(keys) == text.count("<img ")
+    for blob, key in zip(blobs, keys, strict=True):
         png = base64.b64decode(blob, validate=True)
         assert png.startswith(b"\x89PNG\r\n\x1a\n")
         assert png == paths[key].read_bytes()  # the same figure as the file beside report.md
@@ -139,7 +146,7 @@ def test_markdown(demo_fit, demo_report):
     for run in demo_fit.run_names:
         assert run in md
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert links == ["report_curves.png", "report_forest.png", "report_linearised.png"]
+    assert links == [f"report_{k}.png" for k in _figure_keys(demo_fit)]
     for link in links:
         assert (fitdir / link).is_file()
     assert "## Comparisons" in md
@@ -280,3 +287,81 @@ def test_identifiability_columns_without_diagnostics_csv(small_fitdir):
     for col in IDENTIFIABILITY_COLUMNS:
         assert f"<th>{col}</th>" in text
     assert "diagnostics.csv missing" in text
+
+
+# ---- the answers the report leads with
+def _answers(text: str) -> dict[str, str]:
+    """The answer items of a report page, by their ``data-answer`` key (tags stripped)."""
+    items = re.findall(r'<li class="(?:ok|warn)-item" data-answer="(\w+)">(.*?)</li>', text)
+    return {k: re.sub(r"<[^>]+>", "", v) for k, v in items}
+
+
+def test_the_report_opens_with_the_answers(demo_fit, demo_report):
+    fitdir, paths = demo_report
+    text = paths["html"].read_text(encoding="utf-8")
+    assert re.findall(r"<h2[^>]*>([^<]+)</h2>", text)[0] == "Answers"
+    answers = _answers(text)
+    assert list(answers) == ["best", "ceilings", "forecast", "diagnostics"]
+    # the best recipe at the --predict budget is bs.p_best's, with its probability
+    best = bs.p_best(demo_fit, budget=32000.0).iloc[0]
+    assert f"{best.recipe}, P = {best.p_best:.2f}" in answers["best"] or (
+        f"{best.recipe} (P = {best.p_best:.2f})" in answers["best"]
+    )
+    assert "compute 32,000" in answers["best"]
+    # ceilings: the counts of diagnostics.csv's a_identified
+    diag = pd.read_csv(fitdir / "diagnostics.csv")
+    assert f"Ceilings: {int(diag['a_identified'].sum())} of {len(diag)} identified." in answers["ceilings"]
+    # forecasts at the asked budget, the highest median as in predictions.csv
+    pred = pd.read_csv(fitdir / "predictions.csv").query("compute == 32000")
+    top = pred.loc[pred["q50"].idxmax()]
+    assert "Forecasts at 32,000." in answers["forecast"]
+    assert (
+        f"highest median {top.run} {top.q50:.3f} [90%: {top.q05:.3f}, {top.q95:.3f}]" in answers["forecast"]
+    )
+    n_bad = int((~diag["converged"]).sum())
+    if n_bad:
+        assert f"{n_bad} of {len(diag)} runs did not converge" in answers["diagnostics"]
+    else:
+        assert f"All {len(diag)} runs converged" in answers["diagnostics"]
+    # every link of the answers goes to a section of the page
+    for anchor in re.findall(r'<li class="[^"]+" data-answer="\w+">.*?</li>', text):
+        for target in re.findall(r'href="#([^"]+)"', anchor):
+            assert f'id="{target}"' in text, target
+    md = paths["markdown"].read_text(encoding="utf-8")
+    lines = md.splitlines()
+    assert lines[lines.index("## Answers") + 2].startswith("- **Best expected reward at compute 32,000")
+    for target in re.findall(r"\]\(#([^)]+)\)", md):  # anchors of headings in the Markdown
+        assert any(
+            re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-") == target
+            for h in lines
+            if h.startswith("#")
+        ), target
+
+
+def test_answers_name_failed_runs_and_show_their_rank_plots(small_fitdir):
+    diag = pd.read_csv(small_fitdir / "diagnostics.csv")
+    diag["falls"] = [False, False, False, True]
+    diag.to_csv(small_fitdir / "diagnostics.csv", index=False)
+    paths = write_report(small_fitdir)
+    assert "rank" in paths and paths["rank"].name == "report_rank.png"
+    text = paths["html"].read_text(encoding="utf-8")
+    answers = _answers(text)
+    assert (
+        "1 of 4 runs did not converge" in answers["diagnostics"] and "LOO-batch/s0" in answers["diagnostics"]
+    )
+    assert "Reward falls during training in LOO-batch/s1" in answers["diagnostics"]
+    assert 'data-answer="diagnostics"' in text and 'class="warn-item" data-answer="diagnostics"' in text
+    assert 'id="rank"' in text and text.index('id="rank"') > text.index('id="diagnostics"')
+    assert "Forecasts: none asked." in answers["forecast"]  # no --predict in this folder
+    md = paths["markdown"].read_text(encoding="utf-8")
+    assert "report_rank.png" in md
+
+
+def test_rank_plot_has_a_panel_per_run_and_parameter(demo_fit):
+    fig = plots.plot_rank(demo_fit, demo_fit.run_names[:2])
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 2 * 3  # A, B, C_mid for each run
+    assert {ax.get_title().split("\n")[1] for ax in panels} == set(demo_fit.run_names[:2])
+    assert all(len(ax.lines) >= 4 for ax in panels)  # one line per chain
+    with pytest.raises(ValueError, match="1 to 8 runs"):
+        plots.plot_rank(demo_fit, [])

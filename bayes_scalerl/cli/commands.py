@@ -155,7 +155,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
 def _add_input_options(p: argparse.ArgumentParser) -> None:
     from ..data.readers import FORMATS
 
-    g = p.add_argument_group("input (see README: input formats)")
+    g = p.add_argument_group("input (see the docs: Reading training logs)")
     g.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: auto-detect)")
     g.add_argument(
         "--metric",
@@ -653,6 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..engine.devices import use_all_cpu_cores
 
     use_all_cpu_cores()
+    import matplotlib
+
+    matplotlib.use("Agg")  # the command line writes figures to files; no window
     if args.command in ("fit", "demo", "backtest", "identify"):
         runtime.ensure_compilation_cache()
     try:

@@ -169,22 +169,18 @@ def _counter_words(key, stream, n_step):
 
 
 def _std_normal(hi, lo, dtype):
-    """Standard normals from two 32-bit words each: the normal quantiles of 2**53 cells' midpoints.
+    """Standard normals from two 32-bit words each: the normal quantiles of 2**53 cells.
 
     The 53 bits ``k = (hi >> 5) * 2**26 + (lo >> 6)`` stand for the uniform
-    ``(k + 0.5) / 2**53``, strictly inside (0, 1), and the normal is its quantile. In
-    float64 that midpoint is exact only below 1/2 (on [1/2, 1) the spacing is 2**-53:
-    rounded, ``k = 2**53 - 1`` gave exactly 1.0 and an infinite momentum), so the upper
-    half is mirrored: ``k >= 2**52`` gives minus the quantile of ``(k' + 0.5) / 2**53``
-    with ``k' = 2**53 - 1 - k``. Every ``k`` thus maps to a finite normal, the extremes
-    are ``-8.29`` and ``8.29``, and the map is odd (``k`` and ``k'`` give opposite values).
-    ``dtype`` must be float64.
+    ``u = (k + 0.5) / 2**53``, and the normal is its quantile. In float64 that midpoint
+    rounds on [1/2, 1), and for ``k = 2**53 - 1`` it rounds to exactly 1.0 (an infinite
+    momentum), so ``u`` is capped at the largest float64 below 1: every ``k`` maps to a
+    finite normal (at most 8.21 in magnitude), and every other ``k`` to the same value
+    as without the cap. ``dtype`` must be float64.
     """
     k = (hi >> jnp.uint32(5)).astype(dtype) * 2.0**26 + (lo >> jnp.uint32(6)).astype(dtype)
-    upper = k >= 2.0**52
-    k = jnp.where(upper, (2.0**53 - 1.0) - k, k)  # exact: integers below 2**53
-    z = jax.scipy.special.ndtri((k + 0.5) * 2.0**-53)  # exact argument, below 1/2
-    return jnp.where(upper, -z, z)
+    u = jnp.minimum((k + 0.5) * 2.0**-53, 1.0 - 2.0**-53)
+    return jax.scipy.special.ndtri(u)
 
 
 def _where(mask, new, old):

@@ -19,7 +19,10 @@ invariant:
 5. **the recipe means**: conjugate normal draws (``A`` with an exact correction for each
    curve's truncation to ``(R0, 1)``);
 6. **the population means**, conjugate, and **the spreads**: an independence step from
-   the conjugate gamma proposal and a random-walk step in ``log sd``.
+   the conjugate gamma proposal and a random-walk step in ``log sd``;
+7. **the population with everything below it**: a non-centred rescaling of each recipe
+   spread (the recipes' deviations scaled, their seeds carried along) and a joint
+   translation of the population means with every recipe and seed.
 
 Every step is a vectorised operation over runs, curves or recipes: a sweep costs a few
 passes over the data, no gradient and no tree. Several tasks per training run (one
@@ -119,6 +122,7 @@ class PoolState(NamedTuple):
     log_sstep: jax.Array  # (3,) log steps of the A, B, C_mid seed-spread rescalings, adapted in warm-up
     Ss: jax.Array  # (curve,) sum s^2 at the current (log B, log C_mid)
     Sy: jax.Array  # (curve,) sum s (y - R0)
+    log_pstep: jax.Array  # (4,) log steps of step 7 (A, B, C_mid recipe spreads; translation)
 
 
 def pool_data(
@@ -516,13 +520,121 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     return s
 
 
+def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    """Step 7: the population level moved together with everything below it.
+
+    - **Recipe spreads**, non-centred: each recipe's deviation from the population mean is
+      scaled by ``c`` and the spread with it, every recipe's seeds carried along (their
+      deviations from the recipe unchanged). The recipe-level prior densities and the
+      Jacobian cancel, leaving the likelihood, each curve's truncation mass and the
+      spread's prior. One move each for ``A``, ``B`` and ``C_mid``.
+    - **A joint translation** of the population means with every recipe and every seed by
+      one offset in ``(A, log B, log C_mid)`` (all deviations unchanged): the likelihood,
+      the truncation masses and the population prior change.
+
+    These are the moves the centred updates of step 6 lack when a study has few recipes:
+    a population mean then follows its recipes, and the recipes their seeds, one small
+    step at a time. Log step sizes are adapted in warm-up only.
+    """
+    R0 = pd.data.R0
+    rt = pd.train_recipe
+    keys = jax.random.split(key, 8)
+    scales = _sd_scales(hp)
+    steps = s.log_pstep
+    sA = s.sd[1]
+
+    def ll(Ss, Sy, A, A_r):
+        out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
+        return jnp.sum(out - _log_trunc(A_r[pd.recipe, pd.task], sA, R0))
+
+    def hn(x, scale):  # half-normal prior in log-sd coordinates
+        return -0.5 * (x / scale) ** 2 + jnp.log(x)
+
+    def inside(A):
+        return jnp.all((A > R0) & (A < 1.0))
+
+    base = ll(s.Ss, s.Sy, s.A, s.A_r)
+    rates = []
+    # recipe spread of A: no change of B or C_mid, so no new sums
+    c = jnp.exp(jnp.exp(steps[0]) * jax.random.normal(keys[0]))
+    A_r = s.A_pop[None] + c * (s.A_r - s.A_pop[None])
+    A = s.A + (A_r - s.A_r)[pd.recipe, pd.task]
+    new = ll(s.Ss, s.Sy, A, A_r)
+    log_r = jnp.where(inside(A), new - base + hn(s.sd[0] * c, scales[0]) - hn(s.sd[0], scales[0]), -jnp.inf)
+    ok = jnp.log(jax.random.uniform(keys[1])) < log_r
+    s = s._replace(
+        A=jnp.where(ok, A, s.A), A_r=jnp.where(ok, A_r, s.A_r), sd=jnp.where(ok, s.sd.at[0].multiply(c), s.sd)
+    )
+    base = jnp.where(ok, new, base)
+    rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    # recipe spreads of B and C_mid
+    for m, i_sd in enumerate((2, 4)):
+        c = jnp.exp(jnp.exp(steps[m + 1]) * jax.random.normal(keys[2 * m + 2]))
+        if i_sd == 2:
+            new_r = s.lB_pop + c * (s.lB_r - s.lB_pop)
+            lB, lC, lB_r, lC_r = s.lB + (new_r - s.lB_r)[rt], s.lC, new_r, s.lC_r
+        else:
+            new_r = s.lC_pop + c * (s.lC_r - s.lC_pop)
+            lB, lC, lB_r, lC_r = s.lB, s.lC + (new_r - s.lC_r)[rt], s.lB_r, new_r
+        Ss, Sy = _sums(lB, lC, pd)
+        new = ll(Ss, Sy, s.A, s.A_r)
+        log_r = new - base + hn(s.sd[i_sd] * c, scales[i_sd]) - hn(s.sd[i_sd], scales[i_sd])
+        ok = jnp.log(jax.random.uniform(keys[2 * m + 3])) < log_r
+        s = s._replace(
+            lB=jnp.where(ok, lB, s.lB),
+            lC=jnp.where(ok, lC, s.lC),
+            lB_r=jnp.where(ok, lB_r, s.lB_r),
+            lC_r=jnp.where(ok, lC_r, s.lC_r),
+            Ss=jnp.where(ok, Ss, s.Ss),
+            Sy=jnp.where(ok, Sy, s.Sy),
+            sd=jnp.where(ok, s.sd.at[i_sd].multiply(c), s.sd),
+        )
+        base = jnp.where(ok, new, base)
+        rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    # the population with every recipe and seed: the step is the recipes' mean translation
+    # step shrunk by the square root of their number (what a mean of them moves)
+    L = jnp.mean(pd.step, 0) / math.sqrt(z.n_recipe)
+    delta = jnp.exp(steps[3]) * (L @ jax.random.normal(keys[6], (3,)))
+    A, A_r, A_pop = s.A + delta[0], s.A_r + delta[0], s.A_pop + delta[0]
+    lB, lC = s.lB + delta[1], s.lC + delta[2]
+    Ss, Sy = _sums(lB, lC, pd)
+    new = ll(Ss, Sy, A, A_r)
+
+    def prior(A_pop, lB_pop, lC_pop):
+        lp = -0.5 * jnp.sum((A_pop - hp.A_pop_loc) ** 2) / hp.A_pop_scale**2
+        lp += -0.5 * (lB_pop - math.log(hp.B_median)) ** 2 / hp.B_log_sd**2
+        return lp - 0.5 * (lC_pop - pd.log_c_ref) ** 2 / hp.C_mid_log_sd**2
+
+    lp_new = prior(A_pop, s.lB_pop + delta[1], s.lC_pop + delta[2])
+    log_r = jnp.where(inside(A), new - base + lp_new - prior(s.A_pop, s.lB_pop, s.lC_pop), -jnp.inf)
+    ok = jnp.log(jax.random.uniform(keys[7])) < log_r
+    s = s._replace(
+        A=jnp.where(ok, A, s.A),
+        A_r=jnp.where(ok, A_r, s.A_r),
+        A_pop=jnp.where(ok, A_pop, s.A_pop),
+        lB=jnp.where(ok, lB, s.lB),
+        lC=jnp.where(ok, lC, s.lC),
+        lB_r=jnp.where(ok, s.lB_r + delta[1], s.lB_r),
+        lC_r=jnp.where(ok, s.lC_r + delta[2], s.lC_r),
+        lB_pop=jnp.where(ok, s.lB_pop + delta[1], s.lB_pop),
+        lC_pop=jnp.where(ok, s.lC_pop + delta[2], s.lC_pop),
+        Ss=jnp.where(ok, Ss, s.Ss),
+        Sy=jnp.where(ok, Sy, s.Sy),
+    )
+    rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    if adapt:  # aim at 30% accepted
+        s = s._replace(log_pstep=jnp.clip(steps + 0.1 * (jnp.stack(rates) - 0.3), -6.0, 2.0))
+    return s
+
+
 def _sweep(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
-    k1, k2, k3, k4, k5 = jax.random.split(key, 5)
+    k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
     s, moved = _train_block(k1, s, pd, hp, z)
     s = _curve_block(k2, s, pd, hp)
     for i in range(N_TRANSLATE):
         s, _ = _translate_block(jax.random.fold_in(k3, i), s, pd, z, adapt)
     s = _scale_block(k4, s, pd, hp, adapt)
+    s = _population_block(k6, s, pd, hp, z, adapt)
     s = _levels_block(k5, s, pd, hp, z)
     return s, moved
 
@@ -563,6 +675,7 @@ def _init(key, pd: PoolData, hp: HierPriors, z: Sizes) -> PoolState:
         jnp.full(3, math.log(0.15)),
         Ss,
         Sy,
+        jnp.array([math.log(0.15)] * 3 + [0.0]),
     )
 
 

@@ -14,12 +14,11 @@ import os
 import jax
 import pandas as pd
 
-from .. import __version__
 from ..data.runs import Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime, sample_window
 from ..models.families import ExponentialModel, PowerModel
 from .assemble import build_datatree
-from .fitting import fit
+from .fitting import fit, fit_settings
 from .results import FitResult
 
 __all__ = ["FAMILIES", "fit_family"]
@@ -127,21 +126,15 @@ def fit_family(
         executor=executor,
         checkpoint_dir=checkpoint_dir,
     )
-    settings = {
-        "family": family,
-        "model": family,
-        "model_spec": model.spec(),
-        "min_compute": min_compute,
-        "fit_until": fit_until,
-        "chains": chains,
-        "warmup": warmup,
-        "samples": samples,
-        "seed": seed,
-        "target_accept": target_accept,
-        "max_tree_depth": max_tree_depth,
-        "source": runs.source,
-        "version": __version__,
-    }
+    settings = fit_settings(
+        runs,
+        model,
+        min_compute=min_compute,
+        fit_until=fit_until,
+        config=(chains, warmup, samples, seed, target_accept, max_tree_depth),
+        family=family,
+        model=family,
+    )
     dt = build_datatree(
         runs,
         window,

@@ -20,7 +20,25 @@ from .calibration import calibrate
 from .hierarchy import sample_two_stage
 from .results import FitResult
 
-__all__ = ["fit"]
+__all__ = ["fit", "fit_settings"]
+
+
+def fit_settings(runs: Runs, sampled, *, min_compute, fit_until, config: tuple, **extra) -> dict:
+    """The settings a fit records in its DataTree (``bayes_scalerl_settings``).
+
+    ``config`` is ``(chains, warmup, samples, seed, target_accept, max_tree_depth)``; the
+    ``extra`` follows, then the ``sampled`` model's ``spec()``, the source and the version.
+    """
+    names = ("chains", "warmup", "samples", "seed", "target_accept", "max_tree_depth")
+    return {
+        "min_compute": min_compute,
+        "fit_until": fit_until,
+        **dict(zip(names, config, strict=True)),
+        **extra,
+        "model_spec": sampled.spec(),
+        "source": runs.source,
+        "version": __version__,
+    }
 
 
 @runtime.x64
@@ -154,23 +172,17 @@ def fit(
         discrepancy = None
     if discrepancy is not None and not isinstance(discrepancy, Discrepancy):
         raise ValueError(f"discrepancy must be a Discrepancy, True, False or None, got {discrepancy!r}")
-    settings = {
-        "min_compute": min_compute,
-        "fit_until": fit_until,
-        "chains": chains,
-        "warmup": warmup,
-        "samples": samples,
-        "seed": seed,
-        "target_accept": target_accept,
-        "max_tree_depth": max_tree_depth,
-        "priors": priors.to_dict(),
-        "model": model,
-        "model_spec": model_obj.spec(),
-        "discrepancy": discrepancy.to_dict() if discrepancy is not None else None,
-        "hier_priors": (hier_priors or HierPriors()).to_dict() if hierarchical else None,
-        "source": runs.source,
-        "version": __version__,
-    }
+    settings = fit_settings(
+        runs,
+        model_obj,
+        min_compute=min_compute,
+        fit_until=fit_until,
+        config=(chains, warmup, samples, seed, target_accept, max_tree_depth),
+        priors=priors.to_dict(),
+        model=model,
+        discrepancy=discrepancy.to_dict() if discrepancy is not None else None,
+        hier_priors=(hier_priors or HierPriors()).to_dict() if hierarchical else None,
+    )
 
     def in_fit(c):
         return in_likelihood(c, min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)

@@ -20,10 +20,22 @@ from ..models.hierarchical import HYPER_VARS, HierIndex, HierPriors
 from ..models.pooling import pool_data, sample_pooled
 from ..models.sigmoid import SigmoidModel
 
-__all__ = ["sample_two_stage", "THIN"]
+__all__ = ["sample_two_stage", "sweeps_per_draw", "THIN", "SMALL_STUDY"]
 
-#: Gibbs sweeps per kept draw.
+#: Gibbs sweeps per kept draw (at least).
 THIN = 4
+#: Training runs below which a study gets more sweeps per draw (up to 4x :data:`THIN`).
+SMALL_STUDY = 200
+
+
+def sweeps_per_draw(n_train: int) -> int:
+    """Gibbs sweeps per kept draw for a study of ``n_train`` training runs.
+
+    :data:`THIN`, times ``round(SMALL_STUDY / n_train)`` clipped to 1-4: a small study's
+    population level (a handful of recipes) mixes more slowly per sweep, and its sweeps are
+    cheap, so it gets up to four times as many (24 runs: 16; 100: 8; 500 and more: 4).
+    """
+    return THIN * int(np.clip(round(SMALL_STUDY / max(int(n_train), 1)), 1, 4))
 
 
 def _levels(rec: dict, idx: HierIndex) -> tuple[dict, dict]:
@@ -57,8 +69,9 @@ def sample_two_stage(
 ) -> dict:
     """Independent fits of every curve (the engine), then ``config.chains`` pooled chains.
 
-    The pooled chains run ``(config.warmup + config.samples) * THIN`` sweeps each and keep
-    every ``THIN``-th, so they have the independent fit's shape.
+    The pooled chains run ``(config.warmup + config.samples) * k`` sweeps each and keep
+    every ``k``-th (``k`` from :func:`sweeps_per_draw`), so they have the independent fit's
+    shape.
 
     Returns
     -------
@@ -79,7 +92,13 @@ def sample_two_stage(
     pd = pool_data(data, idx, np.log(flat("B")), np.log(flat("C_mid")), flat("sigma"), flat("A"), hp)
     with runtime.phase("sample"):
         rec = sample_pooled(
-            k2, pd, hp, chains=config.chains, warmup=config.warmup, samples=config.samples, thin=THIN
+            k2,
+            pd,
+            hp,
+            chains=config.chains,
+            warmup=config.warmup,
+            samples=config.samples,
+            thin=sweeps_per_draw(len(idx.training_runs)),
         )
     post = {k: np.moveaxis(rec[k], -1, 0) for k in ("A", "B", "C_mid", "sigma")}  # run, chain, draw
     extra, coords = _levels(rec, idx)

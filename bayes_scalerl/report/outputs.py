@@ -136,7 +136,7 @@ def write_fit_folder(
 ) -> dict[str, Path]:
     """Write a fit's output folder, as ``bayes-scalerl fit --out`` does.
 
-    Files (see README, *Outputs*):
+    Files (see the docs, *Reading the outputs*):
 
     - ``summary.csv``: ``run, param, mean, sd, q05, q50, q95, r_hat, ess_bulk``;
     - ``predictions.csv``: the posterior predictive of a new evaluation at every observed

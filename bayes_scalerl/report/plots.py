@@ -13,20 +13,17 @@ import itertools
 import math
 from collections.abc import Sequence
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from ..models.curve import linearised
+from ..posterior.results import FitResult
 
-from ..models.curve import linearised  # noqa: E402
-from ..posterior.results import FitResult  # noqa: E402
-
-__all__ = ["plot_curves", "draw_curves", "curves_legend", "plot_forest", "plot_linearised"]
+__all__ = ["plot_curves", "draw_curves", "curves_legend", "plot_forest", "plot_linearised", "plot_rank"]
 
 #: Okabe-Ito colours, in the order runs get them (yellow last: weak on white paper).
 _PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -772,6 +769,82 @@ def plot_linearised(
 
 
 # ---------------------------------------------------------------------- export
+def _arviz_plots():
+    """``arviz_plots``, imported so that it loads beside Matplotlib 3.11.
+
+    arviz-plots 0.8 registers its styles through ``matplotlib.style.core``, which Matplotlib
+    3.11 deprecates and no longer imports with ``matplotlib.style``; importing it first
+    lets arviz-plots load. Its Matplotlib backend is imported here too, with the
+    deprecation warnings of both silenced.
+    """
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        importlib.import_module("matplotlib.style.core")
+        importlib.import_module("arviz_plots.backend.matplotlib")  # registers a scale 3.11 warns about
+        return importlib.import_module("arviz_plots")
+
+
+def plot_rank(
+    result: FitResult,
+    runs: Sequence[str],
+    *,
+    var_names: Sequence[str] | None = None,
+    ci_prob: float = 0.99,
+) -> Figure:
+    """ArviZ's rank plots (fractional-rank ECDF minus uniform, one line per chain) of some runs.
+
+    A chain whose line leaves the grey envelope ranks its draws higher or lower than the
+    others: the chains disagree about that parameter (what a high R-hat summarises). One
+    column per run, one row per parameter; ``arviz_plots.plot_rank`` draws the panels.
+
+    Parameters
+    ----------
+    result : FitResult
+    runs : sequence of str
+        The runs to show (for instance those that failed a diagnostic), at most 8.
+    var_names : sequence of str, optional
+        Per-run parameters to show (default: the model's, without ``sigma``).
+    ci_prob : float
+        Probability of the simultaneous envelope (ArviZ's default 0.99).
+    """
+    runs = _check_runs(result, list(runs))
+    if not 1 <= len(runs) <= 8:
+        raise ValueError(f"plot_rank shows 1 to 8 runs, got {len(runs)}")
+    post = result.dt["posterior"]
+    if var_names is None:
+        var_names = [v for v in result.var_names if v != "sigma" and post[v].dims[-1:] == ("run",)]
+    azp = _arviz_plots()
+    colours = [_PALETTE[k % len(_PALETTE)] for k in range(post.sizes["chain"])]
+    pc = azp.plot_rank(
+        result.dt,
+        var_names=list(var_names),
+        coords={"run": runs},
+        ci_prob=ci_prob,
+        backend="matplotlib",
+        color=colours,
+        cols=["__variable__", "run"],
+        col_wrap=len(runs),
+        figure_kwargs={"figsize": (2.9 * len(runs) + 0.6, 2.1 * len(var_names)), "layout": "constrained"},
+    )
+    fig = pc.viz["figure"].item()
+    for ax in fig.axes:
+        ax.title.set_fontsize(_FS_TITLE)
+        ax.xaxis.label.set_fontsize(_FS_LABEL)
+        ax.tick_params(labelsize=_FS_TICK)
+    fig.legend(
+        [Line2D([], [], color=c, lw=1.5) for c in colours],
+        [f"chain {k}" for k in range(len(colours))],
+        loc="outside lower center",
+        ncol=len(colours),
+        frameon=False,
+        fontsize=_FS_LEGEND,
+    )
+    return fig
+
+
 def png_bytes(fig: Figure, *, dpi: int = 150, close: bool = True) -> bytes:
     """The figure as PNG bytes (for reports); closes it unless ``close=False``.
 

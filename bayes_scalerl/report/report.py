@@ -6,12 +6,17 @@
 hierarchical fit's ``recipes.csv`` and ``sampler.csv``) and writes, beside them or into
 ``out``:
 
-- ``report.html``: settings, a per-run table of ``A``, ``B``, ``C_mid`` with 90% intervals
-  and flags, the curves with bands, a forest plot, the linearised view, the diagnostics
-  (runs that did not converge highlighted) and the comparisons. Figures are embedded as
-  base64 PNG, styles are inline: the file needs nothing else and no JavaScript.
-- ``report.md``: the same tables in Markdown, linking the figures written beside it as
-  ``report_curves.png``, ``report_forest.png`` and ``report_linearised.png``.
+- ``report.html``: first the answers (:mod:`.answers`: the best recipe at the largest
+  ``--predict`` budget and how sure, which ceilings are identified, the forecasts, what
+  failed its diagnostics), each linking to the section behind it; then settings, a
+  per-run table of ``A``, ``B``, ``C_mid`` with 90% intervals and flags, the curves with
+  bands, a forest plot, the linearised view, the diagnostics (runs that did not converge
+  highlighted, and ArviZ's rank plots of the worst of them) and the comparisons. Figures
+  are embedded as base64 PNG, styles are inline: the file needs nothing else and no
+  JavaScript.
+- ``report.md``: the same answers and tables in Markdown, linking the figures written
+  beside it as ``report_curves.png``, ``report_forest.png``, ``report_linearised.png``
+  and, when a run did not converge, ``report_rank.png``.
 
 Files are written to a temporary folder and moved into place only when every one of them
 was produced, so a failure leaves an earlier report untouched.
@@ -36,6 +41,8 @@ from ..data.files import atomic_output_dir
 from ..engine import runtime
 from ..posterior.results import FitResult
 from . import plots as _plots
+from .answers import Answer, answers, runs_to_rank
+from .answers import truthy as _truthy
 from .outputs import IDENTIFIABILITY_COLUMNS, fit_diagnostics
 
 __all__ = ["write_report"]
@@ -88,15 +95,6 @@ class _Fit:
         if "converged" not in d.columns:
             return []
         return d.loc[~d["converged"].map(_truthy), "run"].astype(str).tolist()
-
-
-def _truthy(v) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1", "yes")
-    try:
-        return bool(v) and not (isinstance(v, float) and math.isnan(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def _load(fitdir: Path) -> _Fit:
@@ -382,6 +380,23 @@ def _figures(fit: _Fit) -> list[_Figure]:
             _plots.png_bytes(fig, dpi=_DPI),
         )
     )
+    ranked = runs_to_rank(fit.diagnostics)
+    if ranked:
+        more = len(fit.not_converged) - len(ranked)
+        fig = _plots.plot_rank(res, ranked)
+        out.append(
+            _Figure(
+                "rank",
+                "report_rank.png",
+                "Rank plots of the runs that did not converge",
+                "ArviZ's rank plots: for each chain (colour), the distance of the empirical CDF of its "
+                "draws' fractional ranks (among all chains) from the uniform one; a line leaving the grey "
+                "99% envelope is a chain that disagrees with the others about that parameter. One column "
+                "per run, highest R-hat first."
+                + (f" {more} more runs did not converge (see Diagnostics)." if more > 0 else ""),
+                _plots.png_bytes(fig, dpi=_DPI),
+            )
+        )
     return out
 
 
@@ -412,6 +427,12 @@ figure.forest img { max-width: min(100%, 980px); }
 figcaption { font-size: 0.9rem; color: #444; margin-top: 0.4rem; max-width: 60rem; }
 nav { font-size: 0.9rem; color: #555; }
 nav a { color: #0b5cad; margin-right: 0.9rem; }
+a { color: #0b5cad; }
+ul.answers { list-style: none; padding: 0; margin: 0.4rem 0 0.8rem; max-width: 62rem; }
+ul.answers li { margin: 0 0 0.55rem; padding: 0.45rem 0.8rem; border-left: 4px solid #006b4f;
+  background: #f3f8f6; }
+ul.answers li.warn-item { border-left-color: #a63c00; background: #fdf3ee; }
+ul.answers .see { color: #555; font-size: 0.9rem; white-space: nowrap; }
 footer { margin-top: 3rem; font-size: 0.8rem; color: #777; }
 @media print { main { max-width: none; padding: 0; } h2 { break-after: avoid; }
   figure, tr { break-inside: avoid; } }
@@ -466,11 +487,47 @@ def _bad_diag_rows(diag: pd.DataFrame) -> list[bool]:
     return [not _truthy(v) for v in diag["converged"]]
 
 
+def _answers_of(fit: _Fit) -> list[Answer]:
+    return answers(
+        fit.result,
+        fit.diagnostics,
+        predictions=fit.predictions,
+        comparisons=fit.comparisons,
+        sampler=fit.sampler,
+    )
+
+
+def _anchors(fit: _Fit, figures: list[_Figure]) -> list[tuple[str, str]]:
+    """``(anchor, title)`` of the page's sections, in page order."""
+    out = [("answers", "Answers"), ("settings", "Settings"), ("runs", "Runs")]
+    if _extra_predictions(fit.predictions) is not None:
+        out.append(("forecasts", "Forecasts"))
+    out += [(f.key, f.title) for f in figures if f.key != "rank"]
+    out.append(("diagnostics", "Diagnostics"))
+    out += [(f.key, "Rank plots") for f in figures if f.key == "rank"]
+    if fit.comparisons is not None:
+        out.append(("comparisons", "Comparisons"))
+    return out
+
+
+def _answers_html(items: list[Answer], present: set[str]) -> list[str]:
+    lis = []
+    for a in items:
+        links = [f'<a href="#{_e(anchor)}">{_e(label)}</a>' for label, anchor in a.links if anchor in present]
+        see = f' <span class="see">(see {", ".join(links)})</span>' if links else ""
+        cls = "warn-item" if a.warn else "ok-item"
+        lis.append(
+            f'<li class="{cls}" data-answer="{_e(a.key)}"><strong>{_e(a.lead)}</strong> '
+            f"{_e(a.text)}{see}</li>"
+        )
+    return ['<section id="answers"><h2>Answers</h2>', f'<ul class="answers">{"".join(lis)}</ul></section>']
+
+
 def _render_html(fit: _Fit, figures: list[_Figure], title: str) -> str:
     res = fit.result
     settings = res.settings
-    bad = fit.not_converged
-    n = len(res.run_names)
+    anchors = _anchors(fit, figures)
+    present = {a for a, _ in anchors}
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -478,20 +535,9 @@ def _render_html(fit: _Fit, figures: list[_Figure], title: str) -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">{_e(_meta_line(fit))}</p>',
-        '<nav><a href="#settings">Settings</a><a href="#runs">Runs</a><a href="#curves">Curves</a>'
-        '<a href="#forest">Forest plot</a><a href="#linearised">Linearised view</a>'
-        '<a href="#diagnostics">Diagnostics</a>'
-        + ('<a href="#comparisons">Comparisons</a>' if fit.comparisons is not None else "")
-        + "</nav>",
+        "<nav>" + "".join(f'<a href="#{_e(a)}">{_e(t)}</a>' for a, t in anchors) + "</nav>",
     ]
-    if bad:
-        parts.append(
-            f'<p class="warn">{len(bad)} of {n} run{"s" if n > 1 else ""} did not converge (R-hat &gt; 1.01, '
-            f"bulk ESS &lt; 100 or divergent transitions); treat their intervals with care: "
-            f"{_e(', '.join(bad))}.</p>"
-        )
-    else:
-        parts.append(f'<p class="ok">All {n} runs converged.</p>')
+    parts += _answers_html(_answers_of(fit), present)
     parts += [f'<p class="note">{_e(note)}</p>' for note in fit.notes]
 
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in _settings_rows(settings, res))
@@ -518,17 +564,11 @@ def _render_html(fit: _Fit, figures: list[_Figure], title: str) -> str:
     extra = _extra_predictions(fit.predictions)
     if extra is not None:
         parts += [
-            "<h3>Predicted reward at larger budgets</h3>",
+            f'<h3 id="forecasts">{_FORECASTS}</h3>',
             '<p class="note">Median and 90% predictive interval of a new evaluation.</p>',
             _html_table(extra),
         ]
-    for f in figures:
-        b64 = base64.b64encode(f.png).decode("ascii")
-        parts += [
-            f'<h2 id="{_e(f.key)}">{_e(f.title)}</h2>',
-            f'<figure class="{_e(f.key)}"><img src="data:image/png;base64,{b64}" alt="{_e(f.title)}">'
-            f"<figcaption>{_e(f.caption)}</figcaption></figure>",
-        ]
+    parts += [_figure_html(f) for f in figures if f.key != "rank"]
     parts += [
         '<h2 id="diagnostics">Diagnostics</h2>',
         '<p class="note">A run has converged when every parameter has R-hat &le; 1.01 and bulk ESS '
@@ -540,6 +580,7 @@ def _render_html(fit: _Fit, figures: list[_Figure], title: str) -> str:
             "<h3>Sampler diagnostics by variable</h3>",
             _html_table(fit.sampler, bad_rows=_bad_diag_rows(fit.sampler), flag_columns=("converged",)),
         ]
+    parts += [_figure_html(f) for f in figures if f.key == "rank"]
     if fit.comparisons is not None:
         parts += [
             '<h2 id="comparisons">Comparisons</h2>',
@@ -549,6 +590,15 @@ def _render_html(fit: _Fit, figures: list[_Figure], title: str) -> str:
         ]
     parts.append(f"<footer>{_e(_footer(fit))}</footer></main></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _figure_html(f: _Figure) -> str:
+    b64 = base64.b64encode(f.png).decode("ascii")
+    return (
+        f'<h2 id="{_e(f.key)}">{_e(f.title)}</h2>\n'
+        f'<figure class="{_e(f.key)}"><img src="data:image/png;base64,{b64}" alt="{_e(f.title)}">'
+        f"<figcaption>{_e(f.caption)}</figcaption></figure>"
+    )
 
 
 def _meta_line(fit: _Fit) -> str:
@@ -574,6 +624,14 @@ def _footer(fit: _Fit) -> str:
 _MD_SPECIAL = re.compile(r"[\\`*\[\]<>|#~&$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _MD_SPECIAL_NO_BRACKETS = re.compile(r"[\\`*<>|#~&$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _INTERVAL = "[90%]"
+
+
+_FORECASTS = "Predicted reward at larger budgets"
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub and most Markdown viewers give a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _md(text, *, brackets: bool = True) -> str:
@@ -603,12 +661,23 @@ def _md_table(df: pd.DataFrame) -> str:
 
 def _render_md(fit: _Fit, figures: list[_Figure], title: str) -> str:
     res = fit.result
-    bad = fit.not_converged
-    out = [f"# {_md(title)}", "", _md(_meta_line(fit)), ""]
-    if bad:
-        out += [f"**{len(bad)} of {len(res.run_names)} runs did not converge:** {_md(', '.join(bad))}.", ""]
-    else:
-        out += [f"All {len(res.run_names)} runs converged.", ""]
+    out = [f"# {_md(title)}", "", _md(_meta_line(fit)), "", "## Answers", ""]
+    headings = {f.key: f.title for f in figures}
+    headings.update(
+        settings="Settings",
+        runs="Runs",
+        forecasts=_FORECASTS,
+        diagnostics="Diagnostics",
+        comparisons="Comparisons",
+    )
+    present = {a for a, _ in _anchors(fit, figures)}
+    for a in _answers_of(fit):
+        links = [
+            f"[{label}](#{_slug(headings[k])})" for label, k in a.links if k in present and k in headings
+        ]
+        see = f" (see {', '.join(links)})" if links else ""
+        out.append(f"- **{_md(a.lead)}** {_md(a.text)}{see}")
+    out.append("")
     out += [f"_{_md(note)}_" for note in fit.notes]
     out += ["## Settings", ""]
     out += [f"- **{_md(k)}**: {_md(v)}" for k, v in _settings_rows(res.settings, res)]
@@ -626,7 +695,7 @@ def _render_md(fit: _Fit, figures: list[_Figure], title: str) -> str:
         out += ["### Recipe level", "", _md_table(group_table), ""]
     extra = _extra_predictions(fit.predictions)
     if extra is not None:
-        out += ["### Predicted reward at larger budgets", "", _md_table(extra), ""]
+        out += [f"### {_FORECASTS}", "", _md_table(extra), ""]
     out += ["## Figures", ""]
     for f in figures:
         out += [f"### {_md(f.title)}", "", f"![{_md(f.title)}]({f.filename})", "", _md(f.caption), ""]
@@ -661,7 +730,7 @@ def write_report(fitdir: str | os.PathLike, *, out: str | os.PathLike | None = N
     -------
     dict of str to pathlib.Path
         The written files under the keys ``"html"``, ``"markdown"``, ``"curves"``,
-        ``"forest"`` and ``"linearised"``.
+        ``"forest"``, ``"linearised"`` and, when a run did not converge, ``"rank"``.
 
     Raises
     ------
