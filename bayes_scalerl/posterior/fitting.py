@@ -124,7 +124,7 @@ def fit(
         sigmoid's asymptote plus the discrepancy ``delta``, also in the posterior) and
         predictions beyond each run's last fitted compute carry the discrepancy.
     group_size : int, optional
-        Runs per compiled call (default: 16 on a CPU, ``chunk_size`` on a GPU). Draws
+        Runs per compiled call (default: 64 on a CPU, ``chunk_size`` on a GPU). Draws
         do not depend on it (with the default ``"queue"`` kernel).
 
     Returns
