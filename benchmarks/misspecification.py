@@ -62,6 +62,7 @@ __all__ = [
     "MisspecResult",
     "parse_method",
     "run_benchmark",
+    "clustered_se",
     "summarise",
     "to_markdown",
     "main",
@@ -84,6 +85,7 @@ SCORE_COLUMNS = (
     "n_points",
     "coverage50",
     "coverage90",
+    "coverage90_se",
     "coverage90_end",
     "width90",
     "crps",
@@ -155,6 +157,23 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
+def clustered_se(x: pd.Series, cluster: pd.Series) -> float:
+    """Monte Carlo standard error of ``x.mean()`` when the rows of one cluster share luck.
+
+    The held-out points of one run share its curve's error, so they are far from
+    independent: the ratio estimator's sandwich variance over clusters (runs),
+    ``sum_i (k_i - p n_i)^2 / (sum_i n_i)^2 * m / (m - 1)`` with ``k_i`` the sum and
+    ``n_i`` the count of cluster ``i`` and ``m`` clusters. NaN with fewer than two.
+    """
+    g = pd.DataFrame({"x": np.asarray(x, float), "c": np.asarray(cluster)}).groupby("c")["x"]
+    k, n = g.sum().to_numpy(), g.size().to_numpy(float)
+    m = len(n)
+    if m < 2:
+        return float("nan")
+    p = k.sum() / n.sum()
+    return float(np.sqrt(np.sum((k - p * n) ** 2) * m / (m - 1)) / n.sum())
+
+
 def summarise(points: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     """Scores of held-out points grouped by ``by`` (columns of both tables).
 
@@ -171,8 +190,10 @@ def summarise(points: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str]) -> pd
     -------
     pandas.DataFrame
         ``by`` then :data:`SCORE_COLUMNS`: runs and points scored, coverage of the central
-        50% / 90% intervals (all held-out points; ``coverage90_end``: the last evaluation
-        of each run only), mean 90% width, mean CRPS, median absolute error and mean bias
+        50% / 90% intervals (all held-out points; ``coverage90_se``: its Monte Carlo
+        standard error with the points clustered by run, :func:`clustered_se`;
+        ``coverage90_end``: the last evaluation of each run only), mean 90% width, mean
+        CRPS, median absolute error and mean bias
         (median minus observation) of the predictive median, share of runs converged
         (NaN for the least-squares baselines). Coverages are NaN for the point forecast
         ``ls``.
@@ -188,6 +209,9 @@ def summarise(points: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str]) -> pd
         def cov(s: pd.Series, point_forecast: bool = point_forecast) -> float:
             return np.nan if point_forecast else float(s.astype(float).mean())
 
+        def cov_se(s: pd.Series, run: pd.Series = p["run"], point_forecast: bool = point_forecast) -> float:
+            return np.nan if point_forecast else clustered_se(s.astype(float), run)
+
         c = np.nan
         if conv is not None and key in conv.index:
             c = float(conv.loc[key])
@@ -198,6 +222,7 @@ def summarise(points: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str]) -> pd
                 "n_points": len(p),
                 "coverage50": cov(p["covered50"]),
                 "coverage90": cov(p["covered90"]),
+                "coverage90_se": cov_se(p["covered90"]),
                 "coverage90_end": cov(end["covered90"]),
                 "width90": np.nan if point_forecast else float((p["q95"] - p["q05"]).mean()),
                 "crps": float(p["crps"].mean()),
@@ -257,6 +282,7 @@ def run_benchmark(
     warmup: int = 500,
     samples: int = 500,
     bootstrap: int = 200,
+    batch: str = "all",
     log: Callable[[str], None] | None = print,
 ) -> MisspecResult:
     """Run the misspecification benchmark.
@@ -282,6 +308,9 @@ def run_benchmark(
         NUTS settings of every Bayesian method (a method's own arguments win).
     bootstrap : int
         Replicates of the least-squares residual bootstrap (``ls_boot``).
+    batch : {"all", "scenario"}
+        ``"all"``: every run in one fit (one batch: the calibration pools all scenarios).
+        ``"scenario"``: one fit per scenario, as a lab fits the runs of one setup together.
     log : callable, optional
         Progress messages (default ``print``; None for silence).
 
@@ -301,6 +330,8 @@ def run_benchmark(
         clash = [k for k in _RESERVED if k in kw]
         if clash:
             raise ValueError(f"method {name!r} may not set {clash}: the benchmark sets them")
+    if batch not in ("all", "scenario"):
+        raise ValueError(f"batch must be 'all' or 'scenario', got {batch!r}")
     if not all(h > 1 for h in horizons):
         raise ValueError(f"horizons must be > 1, got {list(horizons)}")
     if data is None:
@@ -335,50 +366,50 @@ def run_benchmark(
     sampler = {"chains": chains, "warmup": warmup, "samples": samples, "progress": False}
 
     points, run_rows, pair_rows, timings = [], [], [], []
+    if batch == "all":
+        batches = [runs]
+    else:
+        by_scenario = info.groupby("scenario", sort=False)["run"].apply(list)
+        batches = [runs.subset(names) for names in by_scenario]
     for h in horizons:
         for name, kw in to_run.items():
             with_baselines = name == first and bool(baselines)
             t0 = time.perf_counter()
-            bt = bs.backtest(
-                runs,
-                fraction=1.0 / h,
-                fit_kwargs={**sampler, **kw},
-                bootstrap=bootstrap if "ls_boot" in baselines and with_baselines else 0,
-                seed=seed,
-            )
+            n_scored = n_skipped = 0
+            for part in batches:
+                bt = bs.backtest(
+                    part,
+                    fraction=1.0 / h,
+                    fit_kwargs={**sampler, **kw},
+                    bootstrap=bootstrap if "ls_boot" in baselines and with_baselines else 0,
+                    seed=seed,
+                )
+                n_scored += int(bt.runs["scored"].sum())
+                n_skipped += int((~bt.runs["scored"]).sum())
+                labels = {"bayes": name} if name in bayes_methods else {}
+                if with_baselines:
+                    labels.update({BASELINES[b]: b for b in baselines})
+                p = bt.points[bt.points["method"].isin(list(labels)) & bt.points["run"].isin(single)]
+                p = p.assign(method=p["method"].map(labels), horizon=h)
+                points.append(p)
+                if name not in bayes_methods:
+                    continue
+                # ---- per run: convergence and the identify verdict against the true ceiling
+                ident = bs.identifiability(bt.fit)
+                r = ident[["run", "converged", "a_median", "a_q05", "a_q95", "a_identified"]].merge(
+                    info, on="run"
+                )
+                r["ceiling_in_90"] = (r["a_q05"] <= r["true_ceiling"]) & (r["true_ceiling"] <= r["a_q95"])
+                run_rows.append(r.assign(horizon=h, method=name))
+                # ---- seed pairs: does compare call one of two equal truths higher?
+                part_pairs = pair_runs[pair_runs["run"].isin(part.names)]
+                for row in _pair_verdicts(bt.fit, part_pairs):
+                    pair_rows.append({**row, "horizon": h, "method": name})
             took = time.perf_counter() - t0
-            n_skipped = int((~bt.runs["scored"]).sum())
             timings.append(
-                {
-                    "horizon": h,
-                    "method": name,
-                    "n_runs": int(bt.runs["scored"].sum()),
-                    "n_skipped": n_skipped,
-                    "seconds": took,
-                }
+                {"horizon": h, "method": name, "n_runs": n_scored, "n_skipped": n_skipped, "seconds": took}
             )
-            say(
-                f"horizon {h:g}, {name}: {took:.0f} s, {int(bt.runs['scored'].sum())} runs, "
-                f"{n_skipped} skipped"
-            )
-            labels = {"bayes": name} if name in bayes_methods else {}
-            if with_baselines:
-                labels.update({BASELINES[b]: b for b in baselines})
-            p = bt.points[bt.points["method"].isin(list(labels)) & bt.points["run"].isin(single)]
-            p = p.assign(method=p["method"].map(labels), horizon=h)
-            points.append(p)
-            if name not in bayes_methods:
-                continue
-            # ---- per run: convergence and the identify verdict against the true ceiling
-            ident = bs.identifiability(bt.fit)
-            r = ident[["run", "converged", "a_median", "a_q05", "a_q95", "a_identified"]].merge(
-                info, on="run"
-            )
-            r["ceiling_in_90"] = (r["a_q05"] <= r["true_ceiling"]) & (r["true_ceiling"] <= r["a_q95"])
-            run_rows.append(r.assign(horizon=h, method=name))
-            # ---- seed pairs: does compare call one of two equal truths higher?
-            for row in _pair_verdicts(bt.fit, pair_runs):
-                pair_rows.append({**row, "horizon": h, "method": name})
+            say(f"horizon {h:g}, {name}: {took:.0f} s, {n_scored} runs, {n_skipped} skipped")
 
     pts = pd.concat(points, ignore_index=True)
     pts = pts.merge(info[["run", "scenario", "family", "noise", "max_compute"]], on="run")
@@ -408,6 +439,7 @@ def run_benchmark(
         "warmup": warmup,
         "samples": samples,
         "bootstrap": bootstrap,
+        "batch": batch,
         "n_runs": runs.n_runs,
     }
     return MisspecResult(
@@ -498,14 +530,17 @@ def to_markdown(res: MisspecResult, header: Sequence[str] = ()) -> str:
     bayes = [m for m in methods if m not in BASELINES]
     lines = list(header)
     s = res.settings
+    batch = "all in one fit" if s.get("batch", "all") == "all" else "one fit per scenario"
     lines += [
         "",
         f"{s['runs_per_scenario']} runs and {s['pairs_per_scenario']} seed pairs per scenario "
         f"({len(res.scores['scenario'].unique())} scenarios: family x noise), {s['n_evals']} evaluations "
-        f"per run evenly spaced in steps, final budgets 8k-64k GPU-hours; {s['n_runs']} runs per fit. NUTS: "
+        f"per run evenly spaced in steps, final budgets 8k-64k GPU-hours; {s['n_runs']} runs, {batch}. NUTS: "
         f"{s['chains']} chains x {s['warmup']} warm-up x {s['samples']} draws; least-squares bootstrap "
         f"{s['bootstrap']} replicates. Each run is fitted on compute <= max / h and scored on every later "
-        "evaluation (from just beyond the fit window out to h times it). `coverage90_end`: the 90% band at "
+        "evaluation (from just beyond the fit window out to h times it). `coverage90_se`: Monte Carlo "
+        "standard error of `coverage90`, the points clustered by run (one run's points share its curve's "
+        "error, so a cell of 8 runs is uncertain by several points). `coverage90_end`: the 90% band at "
         "the run's last evaluation (h times the fitted compute) only. `bias`: mean of predictive median "
         "minus observation (negative: the forecast is too low). `converged`: share of runs passing the "
         "package's R-hat/ESS/divergence check.",
@@ -612,6 +647,12 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--batch",
+        choices=("all", "scenario"),
+        default="all",
+        help="all: every run in one fit; scenario: one fit per scenario (as a lab fits one setup's runs)",
+    )
     ap.add_argument("--out", default=None, help="Markdown file to write")
     a = ap.parse_args(argv)
     bs.use_all_cpu_cores()
@@ -635,6 +676,7 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
         warmup=a.warmup,
         samples=a.samples,
         bootstrap=a.bootstrap,
+        batch=a.batch,
     )
     wall = time.perf_counter() - t0
     header = [

@@ -205,6 +205,20 @@ def test_bad_arguments():
 
 
 # ---------------------------------------------------------------------- the benchmark's core
+def test_clustered_se_counts_runs_not_points():
+    mod = _benchmark_module()
+    # two runs, each all in or all out: p = 0.5 over 2 clusters of 10 points; the sandwich
+    # variance is (5^2 + 5^2) * 2 / 20^2 = 0.25, SE 0.5 (iid points would claim 0.11)
+    x = pd.Series([1.0] * 10 + [0.0] * 10)
+    run = pd.Series(["a"] * 10 + ["b"] * 10)
+    assert mod.clustered_se(x, run) == pytest.approx(0.5)
+    # within-run mixing with equal run means: no between-run spread, SE 0
+    x2 = pd.Series([1.0, 0.0] * 10)
+    run2 = pd.Series(["a", "a", "b", "b"] * 5)
+    assert mod.clustered_se(x2, run2) == pytest.approx(0.0)
+    assert np.isnan(mod.clustered_se(pd.Series([1.0, 0.0]), pd.Series(["a", "a"])))
+
+
 def test_parse_method():
     mod = _benchmark_module()
     name, kw = mod.parse_method('robust={"priors": {"likelihood": "student_t", "nu": 3}, "warmup": 50}')
@@ -237,6 +251,7 @@ def test_run_benchmark_end_to_end():
     for col in ("coverage50", "coverage90", "coverage90_end"):
         assert s[col].between(0, 1).all()
     assert (s["coverage90"] >= s["coverage50"]).all()  # nested central intervals
+    assert (s["coverage90_se"] >= 0).all()  # two runs per cell: a standard error exists
     assert (s["width90"] > 0).all() and (s["crps"] > 0).all() and (s["median_abs_error"] >= 0).all()
     assert (s["n_runs"] == 2).all() and (s["n_points"] >= 2 * 11).all()  # 12 of 24 evaluations held out
     g = s[s["method"] == "calibrated"]

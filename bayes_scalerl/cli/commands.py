@@ -111,6 +111,12 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     )
     _add_sampler_options(p)
     p.add_argument(
+        "--no-retry",
+        action="store_true",
+        help="do not sample again the runs that fail the convergence checks (by default they are "
+        "sampled once more at target_accept 0.99 with twice the draws, unless over a quarter fail)",
+    )
+    p.add_argument(
         "--likelihood",
         choices=LIKELIHOODS,
         default="gaussian",
@@ -521,6 +527,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         model=args.model,
         priors=Priors(likelihood=args.likelihood),
         discrepancy=args.discrepancy == "calibrated",
+        retry=not getattr(args, "no_retry", False),
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
@@ -542,6 +549,12 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         print(f"  {row['run']}: A = {row['q50']:.3f} [90%: {row['q05']:.3f}, {row['q95']:.3f}]")
     if len(a) > MAX_LISTED:
         print(f"  ... and {len(a) - MAX_LISTED} more run(s): every run's A is in summary.csv")
+    again = diag.loc[diag["retried"], "run"].tolist()
+    if again:
+        print(
+            "sampled again at target_accept 0.99 with twice the draws, thinned back (they failed the "
+            f"convergence checks at first; column retried of diagnostics.csv): {_listing(again)}"
+        )
     if bad:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {_listing(bad)}")
     else:

@@ -16,6 +16,7 @@ from .driver import ChunkJob, padded_inputs, sample_window
 from .executors import LocalExecutor, RayExecutor, resolve_executor, run_chunk
 from .nuts import NutsSettings, sample_queue
 from .program import STATS, SamplerConfig, compiled_program, trace_count
+from .retry import Retry, sample_retrying
 from .runtime import CACHE_ENV, compilation_cache_dir, ensure_compilation_cache, set_compilation_cache, x64
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "LocalExecutor",
     "NutsSettings",
     "RayExecutor",
+    "Retry",
     "SamplerConfig",
     "compilation_cache_dir",
     "compiled_program",
@@ -35,6 +37,7 @@ __all__ = [
     "resolve_executor",
     "run_chunk",
     "sample_queue",
+    "sample_retrying",
     "sample_window",
     "set_compilation_cache",
     "trace_count",

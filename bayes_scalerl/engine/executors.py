@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from . import runtime
+from .mappings import relieve_map_pressure
 from .program import compiled_program
 
 __all__ = ["LocalExecutor", "RayExecutor", "resolve_executor", "run_chunk"]
@@ -87,6 +88,8 @@ class LocalExecutor:
         todo = [d for d in devices if (key, d) not in self._compiled]
         if not todo:
             return
+        if relieve_map_pressure():  # the programs it dropped compile again when called
+            self._compiled.clear()
         first = _group(job.inputs, 0)
 
         def compile_on(dev):

@@ -464,6 +464,16 @@ def _levels_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
     return s._replace(A_r=A_r, lB_r=lB_r, lC_r=lC_r, A_pop=A_pop, lB_pop=lB_pop, lC_pop=lC_pop, sd=sd)
 
 
+def _accept(ok, s: PoolState, **proposed) -> PoolState:
+    """``s`` with each named field replaced by its proposal where ``ok`` holds."""
+    return s._replace(**{k: jnp.where(ok, v, getattr(s, k)) for k, v in proposed.items()})
+
+
+def _hn(x, scale):
+    """Half-normal log prior of a spread ``x``, in log-sd coordinates (Jacobian included)."""
+    return -0.5 * (x / scale) ** 2 + jnp.log(x)
+
+
 def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     """Rescale each seed spread with every seed's deviation from its recipe (non-centred).
 
@@ -481,9 +491,6 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
         out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
         return jnp.sum(out - _log_trunc(A_loc, sA, R0))
 
-    def hn(x, scale):  # half-normal prior in log-sd coordinates
-        return -0.5 * (x / scale) ** 2 + jnp.log(x)
-
     base = ll(s.Ss, s.Sy, s.A, s.sd[1])
     steps = s.log_sstep
     rates = []
@@ -494,15 +501,9 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
         new_sd = s.sd[i_sd] * c
         Ss, Sy = _sums(lB, lC, pd)
         new = ll(Ss, Sy, s.A, s.sd[1])
-        log_r = new - base + hn(new_sd, scales[i_sd]) - hn(s.sd[i_sd], scales[i_sd])
+        log_r = new - base + _hn(new_sd, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
         ok = jnp.log(jax.random.uniform(keys[2 * m + 1])) < log_r
-        s = s._replace(
-            lB=jnp.where(ok, lB, s.lB),
-            lC=jnp.where(ok, lC, s.lC),
-            Ss=jnp.where(ok, Ss, s.Ss),
-            Sy=jnp.where(ok, Sy, s.Sy),
-            sd=jnp.where(ok, s.sd.at[i_sd].set(new_sd), s.sd),
-        )
+        s = _accept(ok, s, lB=lB, lC=lC, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].set(new_sd))
         base = jnp.where(ok, new, base)
         rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # A seed spread
@@ -511,9 +512,9 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     sA = s.sd[1] * c
     inside = jnp.all((A > R0) & (A < 1.0))
     new = ll(s.Ss, s.Sy, A, sA)
-    log_r = jnp.where(inside, new - base + hn(sA, scales[1]) - hn(s.sd[1], scales[1]), -jnp.inf)
+    log_r = jnp.where(inside, new - base + _hn(sA, scales[1]) - _hn(s.sd[1], scales[1]), -jnp.inf)
     ok = jnp.log(jax.random.uniform(keys[5])) < log_r
-    s = s._replace(A=jnp.where(ok, A, s.A), sd=jnp.where(ok, s.sd.at[1].set(sA), s.sd))
+    s = _accept(ok, s, A=A, sd=s.sd.at[1].set(sA))
     if adapt:  # aim at 30% accepted
         rate = jnp.stack([jnp.minimum(jnp.exp(log_r), 1.0), *rates])
         s = s._replace(log_sstep=jnp.clip(steps + 0.1 * (rate - 0.3), -6.0, 1.0))
@@ -547,9 +548,6 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
         out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
         return jnp.sum(out - _log_trunc(A_r[pd.recipe, pd.task], sA, R0))
 
-    def hn(x, scale):  # half-normal prior in log-sd coordinates
-        return -0.5 * (x / scale) ** 2 + jnp.log(x)
-
     def inside(A):
         return jnp.all((A > R0) & (A < 1.0))
 
@@ -560,11 +558,9 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     A_r = s.A_pop[None] + c * (s.A_r - s.A_pop[None])
     A = s.A + (A_r - s.A_r)[pd.recipe, pd.task]
     new = ll(s.Ss, s.Sy, A, A_r)
-    log_r = jnp.where(inside(A), new - base + hn(s.sd[0] * c, scales[0]) - hn(s.sd[0], scales[0]), -jnp.inf)
+    log_r = jnp.where(inside(A), new - base + _hn(s.sd[0] * c, scales[0]) - _hn(s.sd[0], scales[0]), -jnp.inf)
     ok = jnp.log(jax.random.uniform(keys[1])) < log_r
-    s = s._replace(
-        A=jnp.where(ok, A, s.A), A_r=jnp.where(ok, A_r, s.A_r), sd=jnp.where(ok, s.sd.at[0].multiply(c), s.sd)
-    )
+    s = _accept(ok, s, A=A, A_r=A_r, sd=s.sd.at[0].multiply(c))
     base = jnp.where(ok, new, base)
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # recipe spreads of B and C_mid
@@ -578,17 +574,9 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
             lB, lC, lB_r, lC_r = s.lB, s.lC + (new_r - s.lC_r)[rt], s.lB_r, new_r
         Ss, Sy = _sums(lB, lC, pd)
         new = ll(Ss, Sy, s.A, s.A_r)
-        log_r = new - base + hn(s.sd[i_sd] * c, scales[i_sd]) - hn(s.sd[i_sd], scales[i_sd])
+        log_r = new - base + _hn(s.sd[i_sd] * c, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
         ok = jnp.log(jax.random.uniform(keys[2 * m + 3])) < log_r
-        s = s._replace(
-            lB=jnp.where(ok, lB, s.lB),
-            lC=jnp.where(ok, lC, s.lC),
-            lB_r=jnp.where(ok, lB_r, s.lB_r),
-            lC_r=jnp.where(ok, lC_r, s.lC_r),
-            Ss=jnp.where(ok, Ss, s.Ss),
-            Sy=jnp.where(ok, Sy, s.Sy),
-            sd=jnp.where(ok, s.sd.at[i_sd].multiply(c), s.sd),
-        )
+        s = _accept(ok, s, lB=lB, lC=lC, lB_r=lB_r, lC_r=lC_r, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].multiply(c))
         base = jnp.where(ok, new, base)
         rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # the population with every recipe and seed: the step is the recipes' mean translation
@@ -608,18 +596,20 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     lp_new = prior(A_pop, s.lB_pop + delta[1], s.lC_pop + delta[2])
     log_r = jnp.where(inside(A), new - base + lp_new - prior(s.A_pop, s.lB_pop, s.lC_pop), -jnp.inf)
     ok = jnp.log(jax.random.uniform(keys[7])) < log_r
-    s = s._replace(
-        A=jnp.where(ok, A, s.A),
-        A_r=jnp.where(ok, A_r, s.A_r),
-        A_pop=jnp.where(ok, A_pop, s.A_pop),
-        lB=jnp.where(ok, lB, s.lB),
-        lC=jnp.where(ok, lC, s.lC),
-        lB_r=jnp.where(ok, s.lB_r + delta[1], s.lB_r),
-        lC_r=jnp.where(ok, s.lC_r + delta[2], s.lC_r),
-        lB_pop=jnp.where(ok, s.lB_pop + delta[1], s.lB_pop),
-        lC_pop=jnp.where(ok, s.lC_pop + delta[2], s.lC_pop),
-        Ss=jnp.where(ok, Ss, s.Ss),
-        Sy=jnp.where(ok, Sy, s.Sy),
+    s = _accept(
+        ok,
+        s,
+        A=A,
+        A_r=A_r,
+        A_pop=A_pop,
+        lB=lB,
+        lC=lC,
+        lB_r=s.lB_r + delta[1],
+        lC_r=s.lC_r + delta[2],
+        lB_pop=s.lB_pop + delta[1],
+        lC_pop=s.lC_pop + delta[2],
+        Ss=Ss,
+        Sy=Sy,
     )
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     if adapt:  # aim at 30% accepted

@@ -405,8 +405,10 @@ def run_diagnostics(
     -------
     pandas.DataFrame
         Columns ``run, n_points, r_hat_max, ess_bulk_min, ess_tail_min, divergences,
-        bfmi_min, converged``. ``converged`` needs R-hat <= 1.01, bulk ESS >= 100 and no
-        divergent transition. A NaN R-hat or ESS of any variable makes the run's NaN.
+        bfmi_min, converged, retried``. ``converged`` needs R-hat <= 1.01, bulk ESS >= 100
+        and no divergent transition; ``retried``: the run failed that check at first and
+        was sampled again (:mod:`bayes_scalerl.engine.retry`; the row describes the
+        second attempt). A NaN R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
         (``bfmi(..., ddof=0)``).
     """
@@ -423,6 +425,8 @@ def run_diagnostics(
     bfmi_ = np.broadcast_to(np.min(bfmi(_chain_draw_first(stats_["energy"]), ddof=0), axis=0), (n_runs,))
     n_points = dt["constant_data"]["in_fit"].to_dataset()["in_fit"].sum("point").values.astype(int)
     converged = (rhat_ <= RHAT_MAX) & (ess_b >= ESS_MIN) & (div == 0)
+    const = dt["constant_data"].to_dataset()
+    retried = const["retried"].values.astype(bool) if "retried" in const else np.zeros(n_runs, bool)
     return pd.DataFrame(
         {
             "run": post["run"].values.astype(str),
@@ -433,5 +437,6 @@ def run_diagnostics(
             "divergences": div,
             "bfmi_min": bfmi_,
             "converged": converged,
+            "retried": retried,
         }
     )

@@ -15,10 +15,11 @@ import jax
 import pandas as pd
 
 from ..data.runs import Runs, in_likelihood
-from ..engine import STATS, SamplerConfig, runtime, sample_window
+from ..engine import STATS, SamplerConfig, runtime
+from ..engine.retry import Retry, sample_retrying
 from ..models.families import ExponentialModel, PowerModel
 from .assemble import build_datatree
-from .fitting import fit, fit_settings
+from .fitting import fit, fit_settings, resolve_retry
 from .results import FitResult
 
 __all__ = ["FAMILIES", "fit_family"]
@@ -49,6 +50,7 @@ def fit_family(
     checkpoint_dir: str | os.PathLike | None = None,
     n_devices: int | None = None,
     group_size: int | None = None,
+    retry: Retry | bool | None = True,
 ) -> FitResult:
     """Fit one curve family to every run with the package's batched NUTS.
 
@@ -67,7 +69,7 @@ def fit_family(
     target_accept, max_tree_depth : float, int
         NUTS settings (0.99: the families' gain is integrated out, which leaves a steep
         fall-off at the ``A <= 1`` bound).
-    chunk_size, log_likelihood, progress, executor, checkpoint_dir, n_devices, group_size
+    chunk_size, log_likelihood, progress, executor, checkpoint_dir, n_devices, group_size, retry
         As in :func:`bayes_scalerl.fit`: the families run on the same engine, so they
         are chunked, spread over every local device, resumable and runnable over Ray.
 
@@ -103,6 +105,7 @@ def fit_family(
         checkpoint_dir=checkpoint_dir,
         n_devices=n_devices,
         group_size=group_size,
+        retry=retry,
     )
     if family == "sigmoid":
         return fit(runs, **common)
@@ -114,11 +117,13 @@ def fit_family(
     model = _MODELS[family]
     window = runs.window(min_compute=min_compute, fit_until=fit_until)
     config = SamplerConfig(int(chains), int(warmup), int(samples), float(target_accept), int(max_tree_depth))
-    draws = sample_window(
+    retry = resolve_retry(retry)
+    draws, retried = sample_retrying(
         jax.random.key(seed),
         window,
         model,
         config,
+        retry=retry,
         chunk_size=chunk_size,
         progress=progress,
         n_devices=n_devices,
@@ -134,6 +139,7 @@ def fit_family(
         config=(chains, warmup, samples, seed, target_accept, max_tree_depth),
         family=family,
         model=family,
+        retry=retry._asdict() if retry is not None else None,
     )
     dt = build_datatree(
         runs,
@@ -144,5 +150,6 @@ def fit_family(
         settings=settings,
         stats={k: draws[k] for k in STATS},
         log_likelihood=log_likelihood,
+        constants={"retried": retried},
     )
     return FitResult(dt)

@@ -10,7 +10,8 @@ import pandas as pd
 
 from .. import __version__
 from ..data.runs import DataError, Runs, in_likelihood
-from ..engine import STATS, SamplerConfig, runtime, sample_window
+from ..engine import STATS, SamplerConfig, runtime
+from ..engine.retry import Retry, sample_retrying
 from ..models.discrepancy import Discrepancy
 from ..models.hierarchical import HierPriors, hierarchy_index
 from ..models.priors import Priors
@@ -20,7 +21,20 @@ from .calibration import calibrate
 from .hierarchy import sample_two_stage
 from .results import FitResult
 
-__all__ = ["fit", "fit_settings"]
+__all__ = ["fit", "fit_settings", "resolve_retry"]
+
+
+def resolve_retry(retry: Retry | bool | None) -> Retry | None:
+    """``True`` is :class:`Retry` ``()``, ``False``/``None`` no retry, a ``Retry`` itself."""
+    if retry is True:
+        return Retry()
+    if retry is False or retry is None:
+        return None
+    if not isinstance(retry, Retry):
+        raise ValueError(f"retry must be a Retry, True, False or None, got {retry!r}")
+    if not (0 < retry.target_accept < 1) or int(retry.thin) != retry.thin or retry.thin < 1:
+        raise ValueError(f"retry: target_accept must be in (0, 1) and thin a positive integer, got {retry!r}")
+    return retry
 
 
 def fit_settings(runs: Runs, sampled, *, min_compute, fit_until, config: tuple, **extra) -> dict:
@@ -64,6 +78,7 @@ def fit(
     n_devices: int | None = None,
     group_size: int | None = None,
     discrepancy: Discrepancy | bool | None = True,
+    retry: Retry | bool | None = True,
 ) -> FitResult:
     """Fit the ScaleRL sigmoid to every run with batched NUTS.
 
@@ -126,6 +141,13 @@ def fit(
     group_size : int, optional
         Runs per compiled call (default: 64 on a CPU, ``chunk_size`` on a GPU). Draws
         do not depend on it (with the default ``"queue"`` kernel).
+    retry : Retry, bool or None
+        Runs that fail the convergence checks (R-hat > 1.01, bulk ESS < 100 or a
+        divergence) are sampled once more at ``target_accept`` 0.99 with twice the
+        draws, thinned back (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
+        ``()``; see :mod:`bayes_scalerl.engine.retry`), unless more than a quarter of
+        the runs failed. ``False``/``None``: never. The ``retried`` column of
+        :meth:`FitResult.diagnostics` says which runs were.
 
     Returns
     -------
@@ -172,6 +194,7 @@ def fit(
         discrepancy = None
     if discrepancy is not None and not isinstance(discrepancy, Discrepancy):
         raise ValueError(f"discrepancy must be a Discrepancy, True, False or None, got {discrepancy!r}")
+    retry = resolve_retry(retry)
     settings = fit_settings(
         runs,
         model_obj,
@@ -182,6 +205,7 @@ def fit(
         model=model,
         discrepancy=discrepancy.to_dict() if discrepancy is not None else None,
         hier_priors=(hier_priors or HierPriors()).to_dict() if hierarchical else None,
+        retry=retry._asdict() if retry is not None else None,
     )
 
     def in_fit(c):
@@ -204,7 +228,7 @@ def fit(
             hp,
             model_obj,
             config,
-            {**engine_kw, "checkpoint_dir": checkpoint_dir},
+            {**engine_kw, "checkpoint_dir": checkpoint_dir, "retry": retry},
         )
         with runtime.phase("assemble"):
             dt = build_datatree(
@@ -218,16 +242,23 @@ def fit(
                 extra_posterior=hf["extra_posterior"],
                 extra_coords=hf["extra_coords"],
                 log_likelihood=log_likelihood,
+                constants={"retried": hf["retried"]},
             )
         dt["sample_stats"] = dt["sample_stats"].to_dataset().assign(hf["extra_stats"])
         return FitResult(dt)
-    draws = sample_window(
-        jax.random.key(seed), window, model_obj, config, checkpoint_dir=checkpoint_dir, **engine_kw
+    draws, retried = sample_retrying(
+        jax.random.key(seed),
+        window,
+        model_obj,
+        config,
+        retry=retry,
+        checkpoint_dir=checkpoint_dir,
+        **engine_kw,
     )
     post = {k: draws[k] for k in model_obj.var_names}
     fitted_post = post
     stats = {k: draws[k] for k in STATS}
-    constants = None
+    constants = {"retried": retried}
     if discrepancy is not None:
         inner_ckpt = (
             None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "calibration")
@@ -246,7 +277,7 @@ def fit(
             )
         ceiling = np.clip(post["A"] + cal.delta, 0.0, 1.0)
         post = {**post, "A": ceiling, "delta": ceiling - post["A"], "delta_level": cal.level}
-        constants = {
+        constants |= {
             "discrepancy_omega": cal.omega,
             "discrepancy_tau": cal.tau,
             "discrepancy_own": cal.own,

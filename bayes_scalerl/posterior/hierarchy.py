@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..engine import STATS, SamplerConfig, padded_inputs, runtime, sample_window
+from ..engine import STATS, SamplerConfig, padded_inputs, runtime
+from ..engine.retry import sample_retrying
 from ..models.hierarchical import HYPER_VARS, HierIndex, HierPriors
 from ..models.pooling import pool_data, sample_pooled
 from ..models.sigmoid import SigmoidModel
@@ -82,7 +83,7 @@ def sample_two_stage(
         (``pool_moved``: the share of sweeps in which each run's ``B, C_mid`` moved).
     """
     k1, k2 = jax.random.split(key)
-    draws = sample_window(k1, window, model, config, **engine_kw)
+    draws, retried = sample_retrying(k1, window, model, config, **engine_kw)
     n_runs = window.reward.shape[0]
 
     def flat(name):
@@ -109,4 +110,5 @@ def sample_two_stage(
         "extra_coords": coords,
         "stats": {k: np.asarray(draws[k]) for k in STATS},
         "extra_stats": {"pool_moved": (("chain", "draw", "run"), moved)},
+        "retried": retried,
     }

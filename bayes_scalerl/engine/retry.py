@@ -1,0 +1,190 @@
+"""Sample again, with a smaller step and longer chains, the few runs that fail their checks.
+
+A batch of weakly identified runs (``C_mid`` beyond the data, a rise of a few noise sds)
+always holds a tail of posteriors that are harder than the rest: a long upper tail of
+``B`` where the curve turns into a step at the end of the window, a ceiling that reaches
+the bound ``A = 1``. At the default settings a few percent of such runs end with a
+divergent transition or an R-hat a little above 1.01, and they are a property of the
+posterior, not bad luck: sampled again with another seed, a quarter of them fail again.
+Stan's advice for them is a larger ``adapt_delta`` (a smaller step) and longer chains.
+:func:`sample_retrying` does that for the failing runs only, the way the lane-queue
+engine makes cheap: they are sampled once more, with their own key, at
+``Retry.target_accept`` and ``Retry.thin`` times the draws, and every ``thin``-th draw
+replaces the first attempt's (the thinned chain is a Markov chain of the same posterior,
+so the result keeps its shape).
+
+Choosing *which* runs to sample again by the first attempt's diagnostics does not bias
+the second attempt: its chains start afresh and do not see the first attempt's draws.
+
+Measured on the 500 weakly identified runs of ``benchmarks/weak_identification.py``
+(numbers in ``benchmarks/results/weak-identification.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from .driver import sample_window
+from .program import STATS, SamplerConfig
+
+__all__ = ["Retry", "failing_runs", "sample_retrying", "thin_draws"]
+
+logger = logging.getLogger("bayes_scalerl")
+
+#: Folded into the fit's key for the second attempt (its own stream of randomness).
+_RETRY_STREAM = 0x2E7127
+
+
+class Retry(NamedTuple):
+    """How runs that fail the convergence checks are sampled again.
+
+    Attributes
+    ----------
+    target_accept : float
+        Target acceptance of the second attempt's step-size adaptation (at least the
+        first attempt's).
+    thin : int
+        The second attempt draws ``thin`` times as many iterations and keeps every
+        ``thin``-th.
+    max_share : float
+        Retry only when at most this share of the runs failed. More failing runs mean
+        chains too short for the batch (raise ``warmup`` and ``samples``), not a tail of
+        hard posteriors; the fit then reports them as they are.
+    """
+
+    target_accept: float = 0.99
+    thin: int = 2
+    max_share: float = 0.25
+
+
+def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:
+    """Runs that fail the convergence check of :func:`~bayes_scalerl.posterior.run_diagnostics`.
+
+    Parameters
+    ----------
+    draws : dict of numpy.ndarray
+        :func:`~bayes_scalerl.engine.sample_window`'s output, arrays (run, chain, draw).
+    var_names : sequence of str
+        The variables the check covers.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (run,)
+        R-hat above 1.01 or NaN, bulk ESS below 100, or a divergent transition.
+    """
+    from ..posterior.diagnostics import ESS_MIN, RHAT_MAX, convergence
+
+    bad = np.asarray(draws["diverging"]).any(axis=(1, 2))
+    for name in var_names:
+        c = convergence(np.moveaxis(np.asarray(draws[name]), 0, -1))  # chain, draw, run
+        bad |= ~(c["r_hat"] <= RHAT_MAX) | ~(c["ess_bulk"] >= ESS_MIN)
+    return bad
+
+
+def thin_draws(draws: dict[str, np.ndarray], thin: int) -> dict[str, np.ndarray]:
+    """Every ``thin``-th draw of arrays (run, chain, draw), the sampler statistics summed up.
+
+    ``diverging`` is whether any iteration of the ``thin`` behind a kept draw diverged,
+    ``num_steps`` their leapfrog steps, ``accept_prob`` their mean; the variables,
+    ``energy`` and ``lp`` are those of the kept draw; ``step_size`` (run, chain) is kept.
+    """
+    out = {}
+    for k, v in draws.items():
+        v = np.asarray(v)
+        if k == "step_size":
+            out[k] = v
+            continue
+        n = v.shape[2] // thin
+        if k in ("diverging", "num_steps", "accept_prob"):
+            blocks = v[:, :, : n * thin].reshape(v.shape[:2] + (n, thin))
+            red = {"diverging": np.any, "num_steps": np.sum, "accept_prob": np.mean}[k]
+            out[k] = red(blocks, axis=-1).astype(v.dtype)
+        else:
+            out[k] = v[:, :, thin - 1 :: thin][:, :, :n]
+    return out
+
+
+def _subset(window, idx: np.ndarray):
+    return type(window)(*(None if a is None else np.asarray(a)[idx] for a in window))
+
+
+def sample_retrying(
+    key: jax.Array,
+    window,
+    model,
+    config: SamplerConfig,
+    *,
+    retry: Retry | None = Retry(),
+    checkpoint_dir: str | os.PathLike | None = None,
+    **engine_kw: Any,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`~bayes_scalerl.engine.sample_window`, then the failing runs once more.
+
+    Parameters
+    ----------
+    key, window, model, config
+        As for :func:`~bayes_scalerl.engine.sample_window`.
+    retry : Retry or None
+        How failing runs are sampled again; ``None``: not at all.
+    checkpoint_dir : str or os.PathLike, optional
+        As for ``sample_window``; the second attempt checkpoints to its ``retry``
+        subfolder.
+    **engine_kw
+        The other options of ``sample_window`` (not ``keep``: the check needs the
+        statistics).
+
+    Returns
+    -------
+    (dict of numpy.ndarray, numpy.ndarray of bool)
+        The draws (the second attempt's, thinned, for the runs sampled again) and which
+        runs were sampled again.
+    """
+    draws = sample_window(key, window, model, config, checkpoint_dir=checkpoint_dir, **engine_kw)
+    n_runs = window.reward.shape[0]
+    retried = np.zeros(n_runs, bool)
+    if retry is None:
+        return draws, retried
+    bad = failing_runs(draws, model.var_names)
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return draws, retried
+    if n_bad > retry.max_share * n_runs:
+        logger.info(
+            "%d of %d runs failed the convergence checks: more than %.0f%%, not sampled again "
+            "(sample longer: warmup, samples)",
+            n_bad,
+            n_runs,
+            100 * retry.max_share,
+            extra={"phase": "retry"},
+        )
+        return draws, retried
+    idx = np.flatnonzero(bad)
+    second = config._replace(
+        target_accept=max(config.target_accept, retry.target_accept),
+        samples=config.samples * retry.thin,
+    )
+    sub_ckpt = None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "retry")
+    kw = dict(engine_kw)
+    if kw.get("group_size") is None and second.group_size is None:
+        # the few runs left would make one group, on one device: spread them over all
+        n_dev = kw.get("n_devices") or jax.local_device_count()
+        per_device = -(-len(idx) // n_dev)
+        kw["group_size"] = max(4, 1 << (per_device - 1).bit_length())  # a power of two: few programs
+    again = sample_window(
+        jax.random.fold_in(key, _RETRY_STREAM),
+        _subset(window, idx),
+        model,
+        second,
+        checkpoint_dir=sub_ckpt,
+        **kw,
+    )
+    again = thin_draws(again, retry.thin)
+    for k in tuple(model.var_names) + STATS:
+        draws[k][idx] = again[k]
+    retried[idx] = True
+    return draws, retried
