@@ -135,7 +135,8 @@ class MisspecResult:
 def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
     """Parse ``NAME=JSON`` into a method: ``JSON`` is an object of ``bs.fit`` arguments.
 
-    A ``"priors"`` entry that is an object becomes ``bs.Priors(**entry)``.
+    A ``"priors"`` entry that is an object becomes ``bs.Priors(**entry)``, a
+    ``"discrepancy"`` entry that is an object ``bs.Discrepancy(**entry)``.
 
     Parameters
     ----------
@@ -154,6 +155,8 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"method {name!r}: the JSON must be an object of bs.fit arguments")
     if isinstance(kwargs.get("priors"), dict):
         kwargs["priors"] = bs.Priors(**kwargs["priors"])
+    if isinstance(kwargs.get("discrepancy"), dict):
+        kwargs["discrepancy"] = bs.Discrepancy(**kwargs["discrepancy"])
     return name, kwargs
 
 

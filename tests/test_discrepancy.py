@@ -81,6 +81,41 @@ def test_shape_is_zero_inside_the_data_and_levels_off():
     assert s[0] == s[1] == 0.0 and 0 < s[2] < 1e-6 and s[-1] == pytest.approx(1.0)
 
 
+def test_weights_default_to_each_runs_mean_and_split_a_run_between_its_refits():
+    """Explicit weights 1 / count give the default; a run's points duplicated as a second
+    refit, each copy weighted half, give the same posterior too."""
+    rng = np.random.default_rng(13)
+    err, var, s2, run = _errors(rng, 50, 0.01, 0.02, points=6)
+    counts = np.bincount(run)
+    base, _ = scale_posteriors(err, var, s2, run, 50, SETTINGS)
+    same, _ = scale_posteriors(err, var, s2, run, 50, SETTINGS, 1.0 / counts[run])
+    np.testing.assert_allclose(same, base, rtol=1e-9, atol=1e-15)
+    two = [np.concatenate([x, x]) for x in (err, var, s2, run)]
+    w = np.concatenate([0.5 / counts[run]] * 2)
+    doubled, _ = scale_posteriors(*two, 50, SETTINGS, w)
+    np.testing.assert_allclose(doubled, base, rtol=1e-9, atol=1e-15)
+
+
+def test_ratio_takes_one_number_or_several():
+    assert Discrepancy().ratios == (2.0,)
+    d = Discrepancy(ratio=[2, 4])
+    assert d.ratio == (2.0, 4.0) and d.ratios == (2.0, 4.0) and d.to_dict()["ratio"] == [2.0, 4.0]
+    assert Discrepancy(ratio=(3,)).ratio == 3.0
+    for bad in ((2.0, 2.0), (), (2.0, 0.5), "x"):
+        with pytest.raises(ValueError, match="ratio"):
+            Discrepancy(ratio=bad)
+
+
+def test_two_refits_fit_and_score_every_run():
+    """ratio (2, 4): one batched refit of both views; every demo run has its own scales."""
+    runs = bs.Runs.from_frame(bs.demo_runs(), source="<demo>")
+    res = bs.fit(runs, fit_until=8000, seed=1, discrepancy=Discrepancy(ratio=(2, 4)), **QUICK)
+    cd = res.dt["constant_data"]
+    assert cd["discrepancy_own"].values.all()
+    assert np.isfinite(cd["discrepancy_tau"].values).all()
+    assert np.isfinite(res.dt["posterior"]["delta"].values).all()
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="ratio"):
         Discrepancy(ratio=1.0)

@@ -223,6 +223,8 @@ def test_parse_method():
     mod = _benchmark_module()
     name, kw = mod.parse_method('robust={"priors": {"likelihood": "student_t", "nu": 3}, "warmup": 50}')
     assert name == "robust" and kw["priors"] == bs.Priors(likelihood="student_t", nu=3) and kw["warmup"] == 50
+    _, kw = mod.parse_method('two={"discrepancy": {"ratio": [2, 4]}}')
+    assert kw["discrepancy"] == bs.Discrepancy(ratio=(2.0, 4.0))
     with pytest.raises(ValueError):
         mod.parse_method("no-json")
 

@@ -1,8 +1,9 @@
 """Leave-future-out refits that calibrate the discrepancy beyond the data.
 
 See :mod:`bayes_scalerl.models.discrepancy` for the model. :func:`calibrate` refits every
-run on its points up to ``c_last / ratio`` with the same engine and sampler settings (one
-batched fit, padded to the main fit's width so that it reuses the compiled program),
+run on its points up to ``c_last / r`` for each ratio ``r`` of the settings, with the same
+engine and sampler settings (one batched fit of every refit, padded to the main fit's
+width so that it reuses the compiled program),
 scores the refit's predictive mean at the run's later fitted points, pools the excess
 errors into each run's discrepancy scale and draws the ceiling offsets ``Delta``.
 """
@@ -134,12 +135,25 @@ def calibrate(
     """
     n_runs = window.R0.shape[0]
     priors = model.priors
-    inner_runs, held, rows = _inner_split(runs, window.c_ref, settings.ratio, min_compute, priors.R0_fitted)
+    # one refit per ratio, batched: the refitted runs get names of their own ("k/i")
+    inner_tables, held_tables, row_parts = [], [], []
+    for k, ratio in enumerate(settings.ratios):
+        inner_k, held_k, rows_k = _inner_split(runs, window.c_ref, ratio, min_compute, priors.R0_fitted)
+        if not rows_k.size:
+            continue
+        rename = {n: f"{k}/{i}" for n, i in zip(inner_k.names, rows_k, strict=True)}
+        inner_tables.append(inner_k.table.assign(run=inner_k.table["run"].map(rename)))
+        held_tables.append(held_k.assign(run=held_k["run"].map(rename)))
+        row_parts.append(rows_k)
     err_all = np.zeros(0)
     var_all = np.zeros(0)
     shape2 = np.zeros(0)
     run_of = np.zeros(0, int)
-    if rows.size:
+    weight = np.zeros(0)
+    if row_parts:
+        inner_runs = dataclasses.replace(runs, table=pd.concat(inner_tables, ignore_index=True))
+        held = pd.concat(held_tables, ignore_index=True)
+        rows = np.concatenate(row_parts)
         iw = inner_runs.window(
             min_compute=min_compute, R0_fitted=priors.R0_fitted, pad_points=window.reward.shape[1]
         )
@@ -168,7 +182,10 @@ def calibrate(
         err_all, var_all = err[valid], var[valid]
         shape2 = s[valid]
         run_of = np.repeat(rows, sizes)
-    post, own = scale_posteriors(err_all, var_all, shape2, run_of, n_runs, settings)
+        # each refit's points averaged, the run's refits averaged: one run's worth in all
+        n_views = np.bincount(rows, minlength=n_runs)[rows]
+        weight = np.repeat(1.0 / (sizes * n_views), sizes)
+    post, own = scale_posteriors(err_all, var_all, shape2, run_of, n_runs, settings, weight)
     rng = np.random.default_rng([seed, 0x5CA1AB1E])
     level, dev = draw_offsets(rng, post, (n_runs,) + tuple(shape), settings.horizon)
     omega, tau = scale_summary(post)
