@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from conftest import QUICK
 
 import bayes_scalerl as bs
-from bayes_scalerl.analyses.comparisons import compare, recipe_draws
+from bayes_scalerl.analyses.comparisons import compare, compute_to_target, recipe_curve_draws, recipe_draws
 from bayes_scalerl.analyses.simulate import random_recipes
 from bayes_scalerl.models.hierarchical import hierarchy_index
 from bayes_scalerl.models.scalerl import gain_conditional, make_run_data
@@ -33,6 +35,12 @@ def study():
 @pytest.fixture(scope="module")
 def hier_fit(study):
     return bs.fit(study[1], min_compute=1500, model="hierarchical", seed=3, log_likelihood=True, **QUICK)
+
+
+@pytest.fixture(scope="module")
+def plain_fit(study):
+    """The hierarchical fit without the calibrated discrepancy (the exact sigmoid)."""
+    return bs.fit(study[1], min_compute=1500, model="hierarchical", seed=3, discrepancy=False, **QUICK)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +101,8 @@ def test_layout_and_round_trip(hier_fit, tmp_path):
     assert len(d) == 18
     back = bs.FitResult.load(hier_fit.save(tmp_path / "h.nc"))
     np.testing.assert_array_equal(back.dt["posterior"]["A_recipe"].values, post["A_recipe"].values)
-    # A is drawn inside (R0, 1) for every run
-    A = hier_fit.draws("A")
+    # the sampler draws A inside (R0, 1) for every run (A - delta: the sigmoid's asymptote)
+    A = hier_fit.draws("A") - hier_fit.draws("delta")
     assert np.all(A > hier_fit.dt["constant_data"]["R0_obs"].values[:, None]) and np.all(A < 1)
     # the pointwise log-likelihood computed on demand is the stored one
     ll = hier_fit.dt["log_likelihood"]["reward"].values
@@ -138,8 +146,11 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed):
     from bayes_scalerl.models.hierarchical import HierPriors, sample_hierarchical
     from bayes_scalerl.posterior.diagnostics import convergence
 
-    # 500 kept draws of 16 sweeps each (a small study's sweeps per draw): bulk ESS above 700
-    res = bs.fit(runs, min_compute=1500, model="hierarchical", seed=seed, warmup=500, samples=500)
+    # 500 kept draws of 16 sweeps each (a small study's sweeps per draw): bulk ESS above 700;
+    # the joint sampler has no discrepancy, so neither has this fit
+    res = bs.fit(
+        runs, min_compute=1500, model="hierarchical", seed=seed, warmup=500, samples=500, discrepancy=False
+    )
     with runtime.x64():
         hd = sample_hierarchical(
             jax.random.key(ref_seed),
@@ -202,16 +213,24 @@ def test_pooling_lowers_the_error_of_each_runs_asymptote(study, hier_fit, indep_
     assert rmse_h < rmse_i, (rmse_h, rmse_i)
 
 
-def test_recipe_intervals_and_calls_agree_with_the_truth(study, hier_fit):
+@pytest.mark.parametrize("which", ["plain", "default"])
+def test_recipe_intervals_and_calls_agree_with_the_truth(study, hier_fit, plain_fit, which):
+    """On exact sigmoids the exact hierarchical fit calls most pairs; the default, whose
+    recipe ceilings carry the calibrated discrepancy, calls fewer, and as rightly."""
+    fit = plain_fit if which == "plain" else hier_fit
     rec_A = study[0].groupby("recipe")["recipe_A"].first()
-    names, d = recipe_draws(hier_fit, "A")
+    names, d = recipe_draws(fit, "A")
     lo, hi = np.quantile(d, [0.05, 0.95], axis=1)
     covered = (lo <= rec_A[names].to_numpy()) & (rec_A[names].to_numpy() <= hi)
     # 6 recipes at 90%: P(4 or fewer covered) = 0.11, P(3 or fewer) = 0.016
     assert covered.sum() >= 4
-    t = compare(hier_fit)
+    t = compare(fit)
     called = t[(t.p_a_greater > 0.9) | (t.p_a_greater < 0.1)]
-    assert len(called) >= 5  # recipe A spread 0.16 vs seed spread 0.015: most pairs are clear
+    if which == "plain":
+        assert len(called) >= 5  # recipe A spread 0.16 vs seed spread 0.015: most pairs are clear
+    else:
+        plain = compare(plain_fit)
+        assert 1 <= len(called) <= ((plain.p_a_greater > 0.9) | (plain.p_a_greater < 0.1)).sum()
     agree = [(rec_A[r.a] > rec_A[r.b]) == (r.p_a_greater > 0.9) for r in called.itertuples()]
     # calls made at P > 0.9 are wrong at most 10% of the time: allow 1 in 5 here
     assert np.mean(agree) >= 0.8
@@ -258,3 +277,47 @@ def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_p
         for name in ("A", "B", "A_recipe", "C_mid_seed_sd"):
             want = plain.dt["posterior"][name].values
             np.testing.assert_array_equal(res.dt["posterior"][name].values, want)
+
+
+def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
+    """The default hierarchical fit adds the calibrated discrepancy to the pooled draws:
+    without it they are the exact fit's bit for bit; a recipe's ceiling carries the mean of
+    its runs' offsets; its diagnostics do not; its curve widens beyond the data."""
+    plain = plain_fit
+    post, ref = hier_fit.dt["posterior"], plain.dt["posterior"]
+    for name in ("B", "C_mid", "B_recipe", "A_pop", "A_seed_sd"):
+        np.testing.assert_array_equal(post[name].values, ref[name].values)
+    np.testing.assert_allclose((post["A"] - post["delta"]).values, ref["A"].values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        (post["A_recipe"] - post["delta_recipe"]).values, ref["A_recipe"].values, rtol=0, atol=1e-12
+    )
+    assert hier_fit.settings["discrepancy"]["horizon"] == pytest.approx(math.log(10.0))
+    # a recipe's offset is its runs' mean, draw by draw (where no ceiling is clipped to [0, 1])
+    rec = hier_fit.dt["constant_data"]["recipe"].values.astype(str)
+    names = [str(r) for r in post["recipe"].values]
+    delta, d_rec = hier_fit.draws("delta"), post["delta_recipe"].transpose("recipe", "chain", "draw").values
+    A, A_rec = hier_fit.draws("A"), post["A_recipe"].transpose("recipe", "chain", "draw").values
+    for j, r in enumerate(names):
+        mine = np.flatnonzero(rec == r)
+        free = np.all((A[mine] > 0) & (A[mine] < 1), axis=0) & (A_rec[j].ravel() > 0) & (A_rec[j].ravel() < 1)
+        assert mine.size == 3 and free.mean() > 0.99
+        np.testing.assert_allclose(d_rec[j].ravel()[free], delta[mine].mean(axis=0)[free], rtol=0, atol=1e-12)
+    # runs' offsets are their own (independent draws), not the recipe's
+    assert not np.allclose(delta[0], delta[1])
+    cd = hier_fit.dt["constant_data"]
+    assert cd["discrepancy_own"].values.all() and (cd["discrepancy_tau"].values >= 0).all()
+    # diagnostics are the sampler's own: the same as without the discrepancy
+    a, b = sampler_diagnostics(hier_fit.dt), sampler_diagnostics(plain.dt)
+    a, b = a.set_index("variable"), b.set_index("variable")
+    for name in ("A", "A_recipe"):
+        assert a.loc[name, "r_hat_max"] == pytest.approx(b.loc[name, "r_hat_max"], rel=1e-9)
+    # a recipe's expected curve: the same level offset throughout, and wider beyond the data
+    c = [4000.0, 64_000.0]
+    _, wide = recipe_curve_draws(hier_fit, c)
+    _, narrow = recipe_curve_draws(plain, c)
+    level = post["delta_level_recipe"].transpose("recipe", "chain", "draw").values.reshape(len(names), -1)
+    np.testing.assert_allclose(wide[..., 0], narrow[..., 0] + level, rtol=0, atol=1e-12)
+    assert np.all(wide[..., 1].std(axis=1) > narrow[..., 1].std(axis=1))
+    # compute_to_target reads the same curves (solved on a grid)
+    t = compute_to_target(hier_fit, 0.5)
+    assert len(t) == len(names) and t["p_reachable"].between(0, 1).all()

@@ -319,16 +319,21 @@ COMPARE = [
         assert (_np.diff(_pb.p_best.to_numpy()) <= 0).all(), "not sorted by P(best)"
         _ordered(_pb, ["reward_q05", "reward_q50", "reward_q95"])
         assert ((_pb.reward_q05 > 0) & (_pb.reward_q95 < 1)).all()
-        # "the compute each recipe needs to reach a reward of 0.58": reachable exactly in the
-        # draws whose recipe ceiling A is above 0.58 (every recipe starts below 0.58)
+        # "the compute each recipe needs to reach a reward of 0.58": reachable in the draws
+        # whose expected curve (with its discrepancy beyond the data) gets to 0.58, read here
+        # on a grid of our own (4,000 points to 100,000x the largest compute: the two grids
+        # differ by well under 0.01 of the draws)
+        from bayes_scalerl.analyses.comparisons import recipe_curve_draws as _rcd
+
         _ct = bs.compute_to_target(hier, 0.58)
         assert sorted(_ct.recipe) == _recipes and (_ct.target == 0.58).all()
         _ordered(_ct, ["q05", "q50", "q95"])
         assert (_ct.q05 > 0).all()
-        _Ar = hier.dt["posterior"]["A_recipe"]
+        _c = runs.table["compute"]
+        _names, _d = _rcd(hier, _np.geomspace(_c[_c > 0].min(), 1e5 * _c.max(), 4000))
+        _reach = dict(zip(_names, (_d.max(axis=-1) >= 0.58).mean(axis=1)))
         for _r in _ct.itertuples():
-            _p = float((_Ar.sel(recipe=_r.recipe).values > 0.58).mean())
-            assert abs(_r.p_reachable - _p) < 1e-12, (_r, _p)
+            assert abs(_r.p_reachable - _reach[_r.recipe]) < 0.01, (_r, _reach[_r.recipe])
         """,
     ),
     (

@@ -4,7 +4,10 @@ A recipe's quantity is read from the fit:
 
 - hierarchical fits (posterior has ``A_recipe``): the recipe-level parameters, i.e. what
   a new seed of the recipe is expected to reach; seed-to-seed spread is part of the
-  uncertainty. The recipe's curve starts at the mean first evaluation of its runs.
+  uncertainty. The recipe's curve starts at the mean first evaluation of its runs. With
+  the calibrated discrepancy, ``A_recipe`` is the ceiling the recipe approaches (the
+  sigmoid's plus the recipe's ``delta_recipe``), and the recipe's expected curve carries
+  the discrepancy beyond the last fitted compute of its runs, as a run's curve does.
 - independent fits: the mean over the recipe's runs of each run's parameter (draw by
   draw; the runs' posteriors are independent). This describes *these* seeds; it does not
   know the seed-to-seed spread, so use the hierarchical model for claims about recipes.
@@ -21,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..models.curve import compute_to_reach, scalerl_curve
+from ..models.discrepancy import discrepancy_shape
 from ..posterior.results import FitResult
 
 __all__ = [
@@ -96,17 +100,28 @@ def _select_task(x, task: str | None):
 
 
 def _recipe_params(result: FitResult, task: str | None) -> dict[str, np.ndarray]:
-    """Recipe-level ``A, B, C_mid, R0`` draws of a hierarchical fit, shape (recipe, sample)."""
+    """Recipe-level ``A, B, C_mid, R0`` draws of a hierarchical fit, shape (recipe, sample).
+
+    With the calibrated discrepancy also ``delta`` and ``level`` (the recipe's ceiling and
+    level offsets) and ``C_ref`` (the largest last fitted compute of its curves, (recipe, 1)).
+    """
     post = result.dt["posterior"]
     out = {}
-    for name in ("A", "B", "C_mid"):
-        x = _select_task(post[f"{name}_recipe"], task).transpose("recipe", "chain", "draw").values
+    pairs = [("A", "A_recipe"), ("B", "B_recipe"), ("C_mid", "C_mid_recipe")]
+    if "delta_recipe" in post.data_vars:
+        pairs += [("delta", "delta_recipe"), ("level", "delta_level_recipe")]
+    for name, var in pairs:
+        x = _select_task(post[var], task).transpose("recipe", "chain", "draw").values
         out[name] = x.reshape(x.shape[0], -1)
     groups = _run_groups(result, task)
-    r0_runs = result.dt["constant_data"]["R0_obs"].values
+    cd = result.dt["constant_data"]
+    r0_runs = cd["R0_obs"].values
     names = [str(r) for r in post["recipe"].values]
     r0 = np.array([r0_runs[groups[n]].mean() if groups[n].size else np.nan for n in names])
     out["R0"] = np.broadcast_to(r0[:, None], out["A"].shape)
+    if "delta" in out:
+        c_ref = cd["C_ref"].values
+        out["C_ref"] = np.array([[c_ref[groups[n]].max() if groups[n].size else np.inf] for n in names])
     return out
 
 
@@ -155,9 +170,15 @@ def recipe_curve_draws(
     names = recipe_names(result)
     if _is_hier(result):
         p = _recipe_params(result, task)
+        A = p["A"] - p["delta"] if "delta" in p else p["A"]  # the sigmoid's own asymptote
         mu = scalerl_curve(
-            c[None, None, :], p["A"][..., None], p["B"][..., None], p["C_mid"][..., None], p["R0"][..., None]
+            c[None, None, :], A[..., None], p["B"][..., None], p["C_mid"][..., None], p["R0"][..., None]
         )
+        if "delta" in p:  # plus the discrepancy, as a run's curve (FitResult.predict_draws)
+            horizon = float(result.settings["discrepancy"]["horizon"])
+            grow = discrepancy_shape(np.log(np.maximum(c, 1e-300) / p["C_ref"]), horizon)[:, None, :]
+            level = p["level"][..., None]
+            mu = mu + np.where(c > 0, level + (p["delta"][..., None] - level) * grow, 0.0)
         return names, mu
     runs = result.predict_draws(c, kind="curve")  # run, sample, q
     groups = _run_groups(result, task)
@@ -362,11 +383,12 @@ def compute_to_target(result: FitResult, target: float, *, task: str | None = No
         raise ValueError(f"target must be a reward in (0, 1), got {target!r}")
     task = _check_task(result, task)
     names = recipe_names(result)
-    if _is_hier(result):
+    if _is_hier(result) and "delta_recipe" not in result.dt["posterior"].data_vars:
         p = _recipe_params(result, task)
         c = compute_to_reach(target, p["A"], p["B"], p["C_mid"], p["R0"])
     else:
-        # the mean of the seeds' curves has no closed-form inverse: solve on a fine grid
+        # the mean of the seeds' curves (or a curve with its discrepancy) has no
+        # closed-form inverse: solve on a fine grid
         grid = np.geomspace(_default_grid(result)[0], 1e4 * _default_grid(result)[-1], 2000)
         _, d = recipe_curve_draws(result, grid, task=task)
         reached = d >= target

@@ -22,6 +22,8 @@ from scipy.fftpack import next_fast_len
 __all__ = [
     "run_diagnostics",
     "sampler_diagnostics",
+    "sampler_draws",
+    "OFFSETS",
     "convergence",
     "rhat",
     "ess_bulk",
@@ -345,8 +347,25 @@ def _chain_draw_first(da: xr.DataArray) -> np.ndarray:
     return da.transpose("chain", "draw", ...).values
 
 
+#: Variables that carry an offset of the calibrated discrepancy, drawn afresh for every
+#: draw, and that offset's variable: their convergence diagnostics are those of the
+#: sampler's own draws (the variable minus its offset), which the offsets would dilute.
+OFFSETS = {"A": "delta", "A_recipe": "delta_recipe"}
+
+
+def sampler_draws(post: xr.Dataset, name: str) -> xr.DataArray:
+    """Variable ``name`` of ``post`` as the sampler drew it (without a discrepancy offset)."""
+    x = post[name]
+    offset = OFFSETS.get(name)
+    if offset is not None and offset in post.data_vars:
+        x = x - post[offset]
+    return x
+
+
 def sampler_diagnostics(dt: xr.DataTree, convergence_by_var: dict | None = None) -> pd.DataFrame:
     """One row per posterior variable (every variable, population and recipe levels too).
+
+    ``A`` and ``A_recipe`` are diagnosed without the discrepancy's offsets (:data:`OFFSETS`).
 
     Parameters
     ----------
@@ -373,7 +392,7 @@ def sampler_diagnostics(dt: xr.DataTree, convergence_by_var: dict | None = None)
         bfmi_min = float(np.nanmin(np.min(bfmi(energy, ddof=0), axis=0)))
         rows = []
         for v in names:
-            c = cache[v] if v in cache else convergence(_chain_draw_first(post[v]))
+            c = cache[v] if v in cache else convergence(_chain_draw_first(sampler_draws(post, v)))
             r = float(np.nanmax(c["r_hat"]))
             b, t = float(np.nanmin(c["ess_bulk"])), float(np.nanmin(c["ess_tail"]))
             rows.append((v, int(post[v].isel(chain=0, draw=0).size), r, b, t, div, bfmi_min))
@@ -414,7 +433,9 @@ def run_diagnostics(
     """
     post = dt["posterior"].to_dataset()
     cache = convergence_by_var or {}
-    conv = [cache[v] if v in cache else convergence(_chain_draw_first(post[v])) for v in var_names]
+    conv = [
+        cache[v] if v in cache else convergence(_chain_draw_first(sampler_draws(post, v))) for v in var_names
+    ]
     rhat_ = np.max(np.stack([c["r_hat"] for c in conv]), axis=0)
     ess_b = np.min(np.stack([c["ess_bulk"] for c in conv]), axis=0)
     ess_t = np.min(np.stack([c["ess_tail"] for c in conv]), axis=0)

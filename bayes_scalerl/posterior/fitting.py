@@ -130,14 +130,17 @@ def fit(
     n_devices : int, optional
         Local devices to spread groups of runs over (default: all). Draws do not depend on it.
     discrepancy : Discrepancy, bool or None
-        The calibrated discrepancy beyond the data (independent model; see
+        The calibrated discrepancy beyond the data (see
         :mod:`bayes_scalerl.models.discrepancy`): ``True`` (default) for
         :class:`~bayes_scalerl.models.discrepancy.Discrepancy` ``()``, a ``Discrepancy``
         for other settings, ``False``/``None`` for the exact sigmoid alone (the model of
         version 0.1). With it, every run is refitted once more on its earlier points (the
         fit takes about twice as long), ``A`` is the ceiling the run approaches (the
         sigmoid's asymptote plus the discrepancy ``delta``, also in the posterior) and
-        predictions beyond each run's last fitted compute carry the discrepancy.
+        predictions beyond each run's last fitted compute carry the discrepancy. In the
+        hierarchical model every curve has its own, as in the independent model, and the
+        recipe's ceiling ``A_recipe`` carries the mean of its curves' (``delta_recipe`` in
+        the posterior), as an independent fit's recipe value is the mean of its runs'.
     group_size : int, optional
         Runs per compiled call (default: 64 on a CPU, ``chunk_size`` on a GPU). Draws
         do not depend on it (with the default ``"queue"`` kernel).
@@ -190,7 +193,7 @@ def fit(
     model_obj = SigmoidModel(priors)
     if discrepancy is True:
         discrepancy = Discrepancy()
-    if hierarchical or discrepancy is False:
+    if discrepancy is False:
         discrepancy = None
     if discrepancy is not None and not isinstance(discrepancy, Discrepancy):
         raise ValueError(f"discrepancy must be a Discrepancy, True, False or None, got {discrepancy!r}")
@@ -230,19 +233,39 @@ def fit(
             config,
             {**engine_kw, "checkpoint_dir": checkpoint_dir, "retry": retry},
         )
+        post, extra = hf["post"], dict(hf["extra_posterior"])
+        fitted_post = post
+        constants = {"retried": hf["retried"]}
+        if discrepancy is not None:
+            cal = _calibrate(
+                runs,
+                window,
+                model_obj,
+                config,
+                seed,
+                discrepancy,
+                min_compute,
+                samples,
+                engine_kw,
+                checkpoint_dir,
+            )
+            post, constants = _with_offsets(post, constants, cal)
+            extra |= _recipe_offsets(extra, cal, idx)
+            del cal
         with runtime.phase("assemble"):
             dt = build_datatree(
                 runs,
                 window,
                 model_obj,
-                hf["post"],
+                post,
                 in_fit=in_fit,
                 settings=settings,
                 stats=hf["stats"],
-                extra_posterior=hf["extra_posterior"],
+                extra_posterior=extra,
                 extra_coords=hf["extra_coords"],
                 log_likelihood=log_likelihood,
-                constants={"retried": hf["retried"]},
+                loglik_params=fitted_post,
+                constants=constants,
             )
         dt["sample_stats"] = dt["sample_stats"].to_dataset().assign(hf["extra_stats"])
         return FitResult(dt)
@@ -260,29 +283,20 @@ def fit(
     stats = {k: draws[k] for k in STATS}
     constants = {"retried": retried}
     if discrepancy is not None:
-        inner_ckpt = (
-            None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "calibration")
+        cal = _calibrate(
+            runs,
+            window,
+            model_obj,
+            config,
+            seed,
+            discrepancy,
+            min_compute,
+            samples,
+            engine_kw,
+            checkpoint_dir,
         )
-        with runtime.phase("calibrate"):
-            cal = calibrate(
-                runs,
-                window,
-                model_obj,
-                config,
-                seed=seed,
-                settings=discrepancy,
-                min_compute=min_compute,
-                shape=(int(chains), int(samples)),
-                sample_kwargs={**engine_kw, "checkpoint_dir": inner_ckpt},
-            )
-        ceiling = np.clip(post["A"] + cal.delta, 0.0, 1.0)
-        post = {**post, "A": ceiling, "delta": ceiling - post["A"], "delta_level": cal.level}
-        constants |= {
-            "discrepancy_omega": cal.omega,
-            "discrepancy_tau": cal.tau,
-            "discrepancy_own": cal.own,
-        }
-        del cal, ceiling  # the offsets live on in post["delta"]
+        post, constants = _with_offsets(post, constants, cal)
+        del cal  # the offsets live on in post["delta"]
     with runtime.phase("assemble"):
         dt = build_datatree(
             runs,
@@ -297,3 +311,62 @@ def fit(
             constants=constants,
         )
     return FitResult(dt)
+
+
+def _calibrate(
+    runs, window, model_obj, config, seed, discrepancy, min_compute, samples, engine_kw, checkpoint_dir
+):
+    """:func:`calibrate` with the main fit's settings (its refit checkpointed beside the fit's)."""
+    inner_ckpt = None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "calibration")
+    with runtime.phase("calibrate"):
+        return calibrate(
+            runs,
+            window,
+            model_obj,
+            config,
+            seed=seed,
+            settings=discrepancy,
+            min_compute=min_compute,
+            shape=(config.chains, int(samples)),
+            sample_kwargs={**engine_kw, "checkpoint_dir": inner_ckpt},
+        )
+
+
+def _with_offsets(post: dict, constants: dict, cal) -> tuple[dict, dict]:
+    """The run-level posterior with each run's ceiling offsets, and its scales as constants."""
+    ceiling = np.clip(post["A"] + cal.delta, 0.0, 1.0)
+    post = {**post, "A": ceiling, "delta": ceiling - post["A"], "delta_level": cal.level}
+    constants = constants | {
+        "discrepancy_omega": cal.omega,
+        "discrepancy_tau": cal.tau,
+        "discrepancy_own": cal.own,
+    }
+    return post, constants
+
+
+def _recipe_offsets(extra: dict, cal, idx) -> dict:
+    """``A_recipe`` plus, draw by draw, the mean offset of the recipe's curves on the task.
+
+    Seeds have independent discrepancies (as in the independent model, whose recipe value
+    is the mean of its runs'); the recipe's ceiling carries the mean of its seeds'.
+    """
+    dims, A = extra["A_recipe"]  # chain, draw, recipe[, task]
+    n_tasks = len(idx.tasks)
+    unit = idx.curve_recipe.astype(np.int64) * n_tasks + idx.curve_task
+    n_units = len(idx.recipes) * n_tasks
+    count = np.maximum(np.bincount(unit, minlength=n_units), 1).astype(float)
+
+    def levels(x: np.ndarray) -> np.ndarray:
+        mean = np.zeros((n_units,) + x.shape[1:])
+        np.add.at(mean, unit, x)
+        mean /= count.reshape((-1,) + (1,) * (x.ndim - 1))
+        mean = mean.reshape((len(idx.recipes), n_tasks) + x.shape[1:])  # recipe, task, chain, draw
+        mean = np.moveaxis(mean, (2, 3), (0, 1))  # chain, draw, recipe, task
+        return mean[..., 0] if len(dims) == 3 else mean
+
+    ceiling = np.clip(A + levels(cal.delta), 0.0, 1.0)
+    return {
+        "A_recipe": (dims, ceiling),
+        "delta_recipe": (dims, ceiling - A),
+        "delta_level_recipe": (dims, levels(cal.level)),
+    }

@@ -16,7 +16,7 @@ import xarray as xr
 from ..engine import runtime
 from ..models.curve import scalerl_curve
 from ..models.discrepancy import discrepancy_shape
-from .diagnostics import convergence, run_diagnostics
+from .diagnostics import convergence, run_diagnostics, sampler_draws
 
 __all__ = ["FitResult", "QUANTILES"]
 
@@ -131,10 +131,7 @@ class FitResult:
         post = self.dt["posterior"]
 
         def one(name: str) -> dict[str, np.ndarray]:
-            x = post[name]
-            if name == "A" and "delta" in post.data_vars:
-                x = x - post["delta"]
-            return convergence(x.transpose("chain", "draw", ...).values)
+            return convergence(sampler_draws(post, name).transpose("chain", "draw", ...).values)
 
         todo = [n for n in dict.fromkeys(names) if n not in done]
         # NumPy releases the GIL in the sorts and FFTs: one variable per thread
