@@ -321,3 +321,90 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
     # compute_to_target reads the same curves (solved on a grid)
     t = compute_to_target(hier_fit, 0.5)
     assert len(t) == len(names) and t["p_reachable"].between(0, 1).all()
+
+
+def _pool_inputs(runs):
+    """Stage-2 inputs of ``runs`` from a short independent fit (the pooled sampler's input)."""
+    from bayes_scalerl.models.hierarchical import HierPriors
+    from bayes_scalerl.models.pooling import pool_data
+
+    ind = bs.fit(runs, min_compute=1500, seed=0, chains=2, warmup=100, samples=100, discrepancy=False)
+    post = ind.dt["posterior"]
+
+    def flat(name):
+        return np.moveaxis(post[name].values, -1, 0).reshape(post.sizes["run"], -1)
+
+    from bayes_scalerl.engine import padded_inputs
+    from bayes_scalerl.models.sigmoid import SigmoidModel
+
+    window = runs.window(min_compute=1500)
+    data = SigmoidModel().data({k: jnp.asarray(v) for k, v in padded_inputs(window).items()})
+    idx = hierarchy_index(runs)
+    return data, idx, flat, pool_data, HierPriors()
+
+
+def test_weak_recipes_are_the_widest_and_their_inputs_a_consistent_subset(study):
+    data, idx, flat, pool_data, hp = _pool_inputs(study[1])
+    args = (data, idx, np.log(flat("B")), np.log(flat("C_mid")), flat("sigma"), flat("A"), hp)
+    assert pool_data(*args, weak_share=0.0).weak is None
+    pd_ = pool_data(*args, weak_share=0.34)  # 6 recipes: the 3 widest
+    w = pd_.weak
+    sd_lc = np.log(flat("C_mid")).std(axis=1)
+    width = np.bincount(idx.curve_recipe, weights=sd_lc) / np.bincount(idx.curve_recipe)
+    assert sorted(np.asarray(w.recipe)) == sorted(np.argsort(-width)[:3])
+    rec, train, curve = (np.asarray(a) for a in (w.recipe, w.train, w.curve))
+    assert np.array_equal(np.asarray(pd_.recipe)[curve], rec[np.asarray(w.pd.recipe)])
+    assert np.array_equal(np.asarray(pd_.train)[curve], train[np.asarray(w.pd.train)])
+    assert np.array_equal(np.asarray(pd_.train_recipe)[train], rec[np.asarray(w.pd.train_recipe)])
+    assert set(np.asarray(pd_.recipe)[curve]) == set(rec)  # every curve of those recipes
+    assert np.array_equal(np.asarray(w.pd.data.y), np.asarray(pd_.data.y)[curve])
+    assert np.array_equal(np.asarray(w.pd.prop_prec), np.asarray(pd_.prop_prec)[train])
+    assert np.array_equal(np.asarray(w.pd.step), np.asarray(pd_.step)[rec])
+
+
+_POOL_CHILD = """
+import sys, numpy as np, jax, bayes_scalerl as bs
+from bayes_scalerl.models.pooling import chain_layout
+assert chain_layout(4) == (2, 2), jax.devices()
+res = bs.fit(bs.read_runs(sys.argv[1]), min_compute=1500, model="hierarchical", seed=4, chains=4,
+             warmup=60, samples=60, discrepancy=False, log_likelihood=False)
+np.savez(sys.argv[2], **{k: res.dt["posterior"][k].values for k in ("A", "C_mid", "A_recipe", "B_seed_sd")})
+"""
+
+
+def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path):
+    """The pooled chains run on every local device; each chain's draws depend on its key only."""
+    import os
+    import subprocess
+    import sys
+
+    from bayes_scalerl.models.pooling import chain_layout
+
+    assert chain_layout(4, 1) == (1, 2) and chain_layout(3, 2) == (1, 1)
+    one = bs.fit(
+        study[1],
+        min_compute=1500,
+        model="hierarchical",
+        seed=4,
+        chains=4,
+        warmup=60,
+        samples=60,
+        discrepancy=False,
+        log_likelihood=False,
+        n_devices=1,
+    )
+    path = tmp_path / "study.parquet"
+    study[1].table.to_parquet(path)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    out = subprocess.run(
+        [sys.executable, "-c", _POOL_CHILD, str(path), str(tmp_path / "two.npz")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    two = np.load(tmp_path / "two.npz")
+    for name in ("A", "C_mid", "A_recipe", "B_seed_sd"):
+        np.testing.assert_array_equal(two[name], one.dt["posterior"][name].values, err_msg=name)

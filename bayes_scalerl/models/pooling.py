@@ -24,6 +24,11 @@ invariant:
    spread (the recipes' deviations scaled, their seeds carried along) and a joint
    translation of the population means with every recipe and seed.
 
+Steps 1, 2 and 4 are repeated for the most weakly identified fifth of the recipes
+(:class:`WeakSet`), whose runs mix slowest, on their own data: a fifth of a sweep's cost
+for twice the updates where they are needed. The chains run in pairs, one compiled
+program each, on every local device (:func:`chain_layout`).
+
 Every step is a vectorised operation over runs, curves or recipes: a sweep costs a few
 passes over the data, no gradient and no tree. Several tasks per training run (one
 ``B`` and ``C_mid`` shared by several curves, each with its own ``A`` and ``sigma``) are
@@ -34,21 +39,29 @@ from __future__ import annotations
 
 import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..engine import runtime
 from .hierarchical import HierIndex, HierPriors
 from .scalerl import RunData, log_diff_ndtr, point_fractions, truncnorm_draw
 
-__all__ = ["PoolData", "PoolState", "pool_data", "sample_pooled", "SD_NAMES"]
+__all__ = ["PoolData", "PoolState", "WeakSet", "pool_data", "sample_pooled", "chain_layout", "SD_NAMES"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
 #: Translation moves of every recipe per sweep.
 N_TRANSLATE = 5
+#: Non-centred rescalings of the seed spreads per sweep (:func:`_scale_block`).
+N_SCALE = 1
+#: Share of the recipes (the most weakly identified) whose runs get extra updates.
+WEAK_SHARE = 0.2
+#: Extra updates of steps 1, 2 and 4 per sweep for those recipes (:class:`WeakSet`).
+WEAK_SWEEPS = 2
 
 #: Names of the six spreads, in the order of :attr:`PoolState.sd`.
 SD_NAMES = ("A_recipe_sd", "A_seed_sd", "B_recipe_sd", "B_seed_sd", "C_mid_recipe_sd", "C_mid_seed_sd")
@@ -76,6 +89,8 @@ class PoolData(NamedTuple):
         Prior median of the population ``log C_mid``.
     Syy, n_pts : array, shape (curve,)
         Each curve's ``sum (y - R0)^2`` and number of fitted points.
+    weak : WeakSet or None
+        The recipes whose runs the sampler updates more often (see :class:`WeakSet`).
     """
 
     data: RunData
@@ -94,6 +109,31 @@ class PoolData(NamedTuple):
     log_c_ref: jax.Array
     Syy: jax.Array
     n_pts: jax.Array
+    weak: WeakSet | None = None
+
+
+class WeakSet(NamedTuple):
+    """The most weakly identified recipes, which get :data:`WEAK_SWEEPS` extra updates a sweep.
+
+    Their runs mix slowest (``C_mid`` beyond the data leaves ``A`` and ``C_mid`` on a
+    curved ridge), and every update of steps 1, 2 and 4 factorises over recipes given the
+    levels above, so these recipes' blocks can be updated again on their own data at a
+    fraction of a sweep's cost; the extra updates leave the posterior invariant like the
+    others.
+
+    Attributes
+    ----------
+    pd : PoolData
+        The recipes' own stage-2 inputs (their curves, training runs and recipes only,
+        indexed from 0).
+    recipe, train, curve : array of int
+        Their recipes, training runs and curves in the whole study.
+    """
+
+    pd: PoolData
+    recipe: jax.Array
+    train: jax.Array
+    curve: jax.Array
 
 
 class Sizes(NamedTuple):
@@ -133,6 +173,7 @@ def pool_data(
     sigma: np.ndarray,
     A: np.ndarray,
     hp: HierPriors,
+    weak_share: float | None = None,
 ) -> PoolData:
     """Stage-2 inputs from the curves' independent-fit draws, each of shape (curve, draw).
 
@@ -144,6 +185,9 @@ def pool_data(
     log_B, log_C, sigma, A : ndarray, shape (curve, draw)
         The independent fit's draws.
     hp : HierPriors
+    weak_share : float, optional
+        Share of the recipes that get extra updates (default :data:`WEAK_SHARE`): those
+        whose curves' ``log C_mid`` is widest under their independent fits.
     """
     n_train = len(idx.training_runs)
     x = np.stack([log_B, log_C], axis=-1)  # curve, draw, 2
@@ -178,7 +222,7 @@ def pool_data(
     r = data.y - data.R0[:, None]
     f = lambda a: jnp.asarray(a, dtype=jnp.float64)  # noqa: E731
     i = lambda a: jnp.asarray(a, dtype=jnp.int32)  # noqa: E731
-    return PoolData(
+    full = PoolData(
         data,
         i(idx.curve_train),
         i(idx.curve_recipe),
@@ -196,6 +240,39 @@ def pool_data(
         f(jnp.sum(m * r * r, -1)),
         f(jnp.sum(m, -1)),
     )
+    share = WEAK_SHARE if weak_share is None else float(weak_share)
+    n_weak = int(math.ceil(share * n_rec)) if share > 0 else 0
+    if n_weak == 0:
+        return full
+    width = np.bincount(idx.curve_recipe, weights=log_C.std(axis=1), minlength=n_rec) / seeds
+    return full._replace(weak=_weak_set(full, np.sort(np.argsort(-width, kind="stable")[:n_weak])))
+
+
+def _weak_set(pd: PoolData, recipes: np.ndarray) -> WeakSet:
+    """The stage-2 inputs of ``recipes`` alone, re-indexed from 0, with their global indices."""
+    rec_c, rec_t = np.asarray(pd.recipe), np.asarray(pd.train_recipe)
+    curves = np.flatnonzero(np.isin(rec_c, recipes))
+    train = np.flatnonzero(np.isin(rec_t, recipes))
+    i = lambda a: jnp.asarray(a, dtype=jnp.int32)  # noqa: E731
+    sub = PoolData(
+        jax.tree.map(lambda a: a[curves], pd.data),
+        i(np.searchsorted(train, np.asarray(pd.train)[curves])),
+        i(np.searchsorted(recipes, rec_c[curves])),
+        pd.task[curves],
+        i(np.searchsorted(recipes, rec_t[train])),
+        pd.prop_mean[train],
+        pd.prop_prec[train],
+        pd.prop_lin[train],
+        pd.init_lB[train],
+        pd.init_lC[train],
+        pd.init_sigma[curves],
+        pd.init_A[curves],
+        pd.step[recipes],
+        pd.log_c_ref,
+        pd.Syy[curves],
+        pd.n_pts[curves],
+    )
+    return WeakSet(sub, i(recipes), i(train), i(curves))
 
 
 def _sd_scales(hp: HierPriors) -> jax.Array:
@@ -617,13 +694,57 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     return s
 
 
+def _weak_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    """Steps 1, 2 and 4 again, :data:`WEAK_SWEEPS` times, for the recipes of ``pd.weak`` only.
+
+    Their state is taken out, updated on their own data (each of these steps factorises
+    over recipes given the levels above them) and put back.
+    """
+    w = pd.weak
+    zw = Sizes(int(w.train.shape[0]), int(w.recipe.shape[0]), z.n_task)
+    t, c, r = w.train, w.curve, w.recipe
+    sub = s._replace(
+        lB=s.lB[t],
+        lC=s.lC[t],
+        A=s.A[c],
+        sigma=s.sigma[c],
+        Ss=s.Ss[c],
+        Sy=s.Sy[c],
+        A_r=s.A_r[r],
+        lB_r=s.lB_r[r],
+        lC_r=s.lC_r[r],
+        log_scale=s.log_scale[r],
+    )
+    for i in range(WEAK_SWEEPS):
+        k1, k2, k3 = jax.random.split(jax.random.fold_in(key, i), 3)
+        sub, _ = _train_block(k1, sub, w.pd, hp, zw)
+        sub = _curve_block(k2, sub, w.pd, hp)
+        for j in range(N_TRANSLATE):
+            sub, _ = _translate_block(jax.random.fold_in(k3, j), sub, w.pd, zw, adapt)
+    return s._replace(
+        lB=s.lB.at[t].set(sub.lB),
+        lC=s.lC.at[t].set(sub.lC),
+        A=s.A.at[c].set(sub.A),
+        sigma=s.sigma.at[c].set(sub.sigma),
+        Ss=s.Ss.at[c].set(sub.Ss),
+        Sy=s.Sy.at[c].set(sub.Sy),
+        A_r=s.A_r.at[r].set(sub.A_r),
+        lB_r=s.lB_r.at[r].set(sub.lB_r),
+        lC_r=s.lC_r.at[r].set(sub.lC_r),
+        log_scale=s.log_scale.at[r].set(sub.log_scale),
+    )
+
+
 def _sweep(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
     k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
     s, moved = _train_block(k1, s, pd, hp, z)
     s = _curve_block(k2, s, pd, hp)
     for i in range(N_TRANSLATE):
         s, _ = _translate_block(jax.random.fold_in(k3, i), s, pd, z, adapt)
-    s = _scale_block(k4, s, pd, hp, adapt)
+    if pd.weak is not None:
+        s = _weak_block(jax.random.fold_in(k3, N_TRANSLATE), s, pd, hp, z, adapt)
+    for i in range(N_SCALE):
+        s = _scale_block(jax.random.fold_in(k4, i), s, pd, hp, adapt)
     s = _population_block(k6, s, pd, hp, z, adapt)
     s = _levels_block(k5, s, pd, hp, z)
     return s, moved
@@ -685,9 +806,11 @@ def _record(s: PoolState, pd: PoolData) -> dict:
     }
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6, 7))
-def _run_chains(key, pd, hp, z, chains, warmup, samples, thin):
-    def run_chain(k):
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
+def _run_chains(keys, pd, hp, z, warmup, samples, thin):
+    """One group of chains (one per key), vmapped."""
+
+    def run_chain(k, pd):
         k_init, k_run = jax.random.split(k)
         s0 = _init(k_init, pd, hp, z)
 
@@ -705,7 +828,32 @@ def _run_chains(key, pd, hp, z, chains, warmup, samples, thin):
         _, (rec, moved) = jax.lax.scan(lambda c, kk: thinned(c, kk, False), s, keys_s)
         return {**rec, "moved": moved}
 
-    return jax.vmap(run_chain)(jax.random.split(key, chains))
+    return jax.vmap(run_chain, in_axes=(0, None))(keys, pd)
+
+
+def chain_layout(chains: int, n_devices: int | None = None) -> tuple[int, int]:
+    """How the pooled chains are laid out: ``(devices, width)``.
+
+    The chains run in groups of ``width``, vmapped within a group, one compiled program
+    for every group; the groups are dispatched round-robin to the local devices (at most
+    ``n_devices``, default every one).
+    On a CPU the width is 2 whatever the device count (1 for an odd number of chains), so
+    the draws have the same bits on one core or several; elsewhere (one GPU) all the
+    chains are one group.
+
+    Returns
+    -------
+    tuple of int
+        Devices used, and chains per group.
+    """
+    avail = jax.local_device_count()
+    n = avail if n_devices is None else max(1, min(int(n_devices), avail))
+    if jax.default_backend() == "cpu":
+        width = 2 if chains % 2 == 0 else 1
+        groups = chains // width
+        return max(d for d in range(1, n + 1) if groups % d == 0), width
+    used = max(d for d in range(1, n + 1) if chains % d == 0)
+    return used, chains // used
 
 
 def sample_pooled(
@@ -717,8 +865,12 @@ def sample_pooled(
     warmup: int = 500,
     samples: int = 500,
     thin: int = 2,
+    n_devices: int | None = None,
 ) -> dict[str, np.ndarray]:
     """``chains`` chains of ``(warmup + samples) * thin`` sweeps, every ``thin``-th kept.
+
+    The chains are split over the local devices (:func:`chain_layout`; ``n_devices`` caps
+    them); on a CPU each chain's draws do not depend on the split.
 
     Returns
     -------
@@ -730,5 +882,22 @@ def sample_pooled(
         in which the run's ``(B, C_mid)`` moved).
     """
     z = Sizes(int(pd.prop_mean.shape[0]), int(pd.step.shape[0]), int(jnp.max(pd.task)) + 1)
-    out = _run_chains(key, pd, hp, z, int(chains), int(warmup), int(samples), int(thin))
-    return {k: np.asarray(v) for k, v in out.items()}
+    n_dev, width = chain_layout(int(chains), n_devices)
+    devices = jax.local_devices()[:n_dev]
+    keys = jax.random.split(key, int(chains)).reshape(int(chains) // width, width)
+    args = (hp, z, int(warmup), int(samples), int(thin))
+
+    def on_device(d: int) -> list[dict]:  # this device's groups, in turn
+        dev = devices[d]
+        with runtime.x64():  # x64 is thread-local: each thread sets it
+            pd_d = jax.device_put(pd, dev)
+            out = [_run_chains(jax.device_put(keys[g], dev), pd_d, *args) for g in range(d, len(keys), n_dev)]
+            return [{k: np.asarray(v) for k, v in o.items()} for o in out]
+
+    if n_dev == 1:
+        per_device = [on_device(0)]
+    else:  # one host thread per device (XLA releases the GIL while it runs)
+        with ThreadPoolExecutor(max_workers=n_dev) as pool:
+            per_device = list(pool.map(on_device, range(n_dev)))
+    outs = [per_device[g % n_dev][g // n_dev] for g in range(len(keys))]
+    return {k: np.concatenate([np.asarray(o[k]) for o in outs]) for k in outs[0]}

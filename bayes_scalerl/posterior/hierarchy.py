@@ -3,7 +3,8 @@
 See :mod:`bayes_scalerl.models.pooling` for the sampler. This module runs it: the
 independent fit of every curve through :func:`bayes_scalerl.engine.sample_window`
 (chunks, devices, checkpoint and resume, Ray), whose draws start the chains and shape
-the proposals, then the blocked Gibbs sweeps in one compiled program; and it lays the
+the proposals, then the blocked Gibbs sweeps in one compiled program (its chains split
+over the local devices); and it lays the
 draws out as the DataTree builder wants them.
 """
 
@@ -100,6 +101,7 @@ def sample_two_stage(
             warmup=config.warmup,
             samples=config.samples,
             thin=sweeps_per_draw(len(idx.training_runs)),
+            n_devices=engine_kw.get("n_devices"),
         )
     post = {k: np.moveaxis(rec[k], -1, 0) for k in ("A", "B", "C_mid", "sigma")}  # run, chain, draw
     extra, coords = _levels(rec, idx)
