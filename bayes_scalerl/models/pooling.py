@@ -48,9 +48,18 @@ import numpy as np
 
 from ..engine import runtime
 from .hierarchical import HierIndex, HierPriors
-from .scalerl import RunData, log_diff_ndtr, point_fractions, truncnorm_draw
+from .scalerl import RunData, log_diff_ndtr, point_fractions, truncnorm_quantile
 
-__all__ = ["PoolData", "PoolState", "WeakSet", "pool_data", "sample_pooled", "chain_layout", "SD_NAMES"]
+__all__ = [
+    "PoolData",
+    "PoolState",
+    "WeakSet",
+    "Noise",
+    "pool_data",
+    "sample_pooled",
+    "chain_layout",
+    "SD_NAMES",
+]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -65,6 +74,72 @@ WEAK_SWEEPS = 2
 
 #: Names of the six spreads, in the order of :attr:`PoolState.sd`.
 SD_NAMES = ("A_recipe_sd", "A_seed_sd", "B_recipe_sd", "B_seed_sd", "C_mid_recipe_sd", "C_mid_seed_sd")
+
+
+class Noise:
+    """The random numbers of one sweep: drawn in two calls, handed out in order.
+
+    A sweep needs about a hundred small draws. On a CPU every ``jax.random`` call is a
+    loop of its own (XLA's threefry is rolled there), and with one call per draw those
+    loops took about a third of a sweep's time; two calls of a few thousand numbers (for
+    several sweeps at once: :meth:`pools`) cost little more than two of one. Each block
+    takes what it needs with :meth:`normal` and :meth:`uniform`, in an order fixed at
+    trace time; :meth:`repeat` runs a move several times in one ``lax.scan``.
+
+    ``Noise()`` only counts (every draw is zeros): :meth:`sizes` runs a function with one
+    to learn how many numbers of each kind it takes.
+
+    Parameters
+    ----------
+    normal, uniform : jax.Array, optional
+        Standard normal and uniform [0, 1) numbers, flat; None: count only.
+    """
+
+    def __init__(self, normal: jax.Array | None = None, uniform: jax.Array | None = None):
+        self._pools = {"normal": normal, "uniform": uniform}
+        self.used = {"normal": 0, "uniform": 0}
+
+    @staticmethod
+    def pools(key: jax.Array, sizes: tuple[int, int], n: int) -> tuple[jax.Array, jax.Array]:
+        """The numbers of ``n`` sweeps: normal ``(n, sizes[0])`` and uniform ``(n, sizes[1])``."""
+        k1, k2 = jax.random.split(key)
+        return jax.random.normal(k1, (n, sizes[0])), jax.random.uniform(k2, (n, sizes[1]))
+
+    @staticmethod
+    def sizes(fn, *args) -> tuple[int, int]:
+        """Normal and uniform numbers that ``fn(noise, *args)`` takes (traced, not run)."""
+        counter = Noise()
+        jax.eval_shape(lambda *a: fn(counter, *a), *args)
+        return counter.used["normal"], counter.used["uniform"]
+
+    def _take(self, kind: str, shape) -> jax.Array:
+        shape = tuple(int(d) for d in shape)
+        n, start = math.prod(shape), self.used[kind]
+        self.used[kind] = start + n
+        pool = self._pools[kind]
+        if pool is None:
+            return jnp.zeros(shape)
+        if start + n > pool.shape[0]:
+            raise ValueError(f"Noise: {kind} numbers exhausted ({pool.shape[0]} drawn, {start + n} taken)")
+        return pool[start : start + n].reshape(shape)
+
+    def repeat(self, fn, carry, n: int):
+        """``n`` applications of ``carry = fn(noise, carry)`` in one ``lax.scan``.
+
+        One compiled body instead of ``n`` inlined copies (compilation time), each
+        iteration with its own slice of these numbers.
+        """
+        sizes = Noise.sizes(fn, carry)
+        xs = (self.normal((n, sizes[0])), self.uniform((n, sizes[1])))
+        return jax.lax.scan(lambda c, x: (fn(Noise(*x), c), None), carry, xs)[0]
+
+    def normal(self, shape=()) -> jax.Array:
+        """Standard normal numbers of ``shape``."""
+        return self._take("normal", shape)
+
+    def uniform(self, shape=()) -> jax.Array:
+        """Uniform [0, 1) numbers of ``shape``."""
+        return self._take("uniform", shape)
 
 
 class PoolData(NamedTuple):
@@ -325,7 +400,7 @@ def _loglik_explicit(Ss, Sy, Syy, n, g, sigma):
 # ---------------------------------------------------------------------------- the blocks
 
 
-def _train_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
+def _train_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
     """Step 1: each training run's (log B, log C_mid), its curves' A integrated out."""
     d = pd.data
     R0, upper = d.R0, 1.0 - d.R0
@@ -365,7 +440,6 @@ def _train_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
         e = chol_solve(x - mean) / 1.5
         return -0.5 * jnp.sum(e * e, -1)
 
-    k1, k2, k3, k4 = jax.random.split(key, 4)
     x = jnp.stack([s.lB, s.lC], -1)
     lt, Ss, Sy = log_target(x, (s.Ss, s.Sy))
 
@@ -378,38 +452,36 @@ def _train_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
             jnp.where(ok_c, Sy_p, Sy),
         )
 
-    prop = mean + 1.5 * chol_mul(jax.random.normal(k1, x.shape))
+    prop = mean + 1.5 * chol_mul(noise.normal(x.shape))
     lt_p, Ss_p, Sy_p = log_target(prop)
-    ok = jnp.log(jax.random.uniform(k2, lt.shape)) < (lt_p - log_q(prop)) - (lt - log_q(x))
+    ok = jnp.log(noise.uniform(lt.shape)) < (lt_p - log_q(prop)) - (lt - log_q(x))
     moved = ok
     x, lt, Ss, Sy = accept(ok, prop, lt_p, Ss_p, Sy_p, x, lt, Ss, Sy)
-    prop = x + 0.9 * chol_mul(jax.random.normal(k3, x.shape))
+    prop = x + 0.9 * chol_mul(noise.normal(x.shape))
     lt_p, Ss_p, Sy_p = log_target(prop)
-    ok = jnp.log(jax.random.uniform(k4, lt.shape)) < lt_p - lt
+    ok = jnp.log(noise.uniform(lt.shape)) < lt_p - lt
     x, lt, Ss, Sy = accept(ok, prop, lt_p, Ss_p, Sy_p, x, lt, Ss, Sy)
     return s._replace(lB=x[:, 0], lC=x[:, 1], Ss=Ss, Sy=Sy), (moved | ok).astype(x.dtype)
 
 
-def _curve_block(key, s: PoolState, pd: PoolData, hp: HierPriors):
+def _curve_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors):
     """Steps 2 and 3: each curve's A (exact) and sigma (an independence step)."""
     d = pd.data
     R0, upper = d.R0, 1.0 - d.R0
-    k1, k2 = jax.random.split(key)
     Ss, Sy, Syy, n = s.Ss, s.Sy, pd.Syy, pd.n_pts
     _, mean, sd = _gain_given(Ss, Sy, s.sigma, s.A_r[pd.recipe, pd.task] - R0, s.sd[1], upper)
-    g = truncnorm_draw(k1, mean, sd, upper)
+    g = truncnorm_quantile(noise.uniform(mean.shape), mean, sd, upper)
     rss = jnp.maximum(Syy - 2.0 * g * Sy + g * g * Ss, 1e-300)
     # sigma^-n exp(-rss / (2 sigma^2)) times its half-normal prior
-    sigma = _sd_update(k2, s.sigma, rss, n, hp.sigma_scale, rw_step=0.0)
+    sigma = _sd_update(noise, s.sigma, rss, n, hp.sigma_scale, rw_step=0.0)
     return s._replace(A=R0 + g, sigma=sigma)
 
 
-def _translate_block(key, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
+def _translate_block(noise: Noise, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
     """Step 4: shift each recipe and all its seeds by one offset in (A, log B, log C_mid)."""
     d = pd.data
     R0 = d.R0
-    k1, k2 = jax.random.split(key)
-    eps = jax.random.normal(k1, pd.step.shape[:2])
+    eps = noise.normal(pd.step.shape[:2])
     delta = jnp.exp(s.log_scale)[:, None] * jnp.einsum("rij,rj->ri", pd.step, eps)  # recipe, 3
     rt = pd.train_recipe
     sA_r, sA, sB_r, sC_r = s.sd[0], s.sd[1], s.sd[2], s.sd[4]
@@ -432,7 +504,7 @@ def _translate_block(key, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
         return lp
 
     log_r += prior(Ar_new, s.lB_r + delta[:, 1], s.lC_r + delta[:, 2]) - prior(s.A_r, s.lB_r, s.lC_r)
-    ok = jnp.log(jax.random.uniform(k2, (z.n_recipe,))) < log_r
+    ok = jnp.log(noise.uniform((z.n_recipe,))) < log_r
     ok_t, ok_c = ok[rt], ok[pd.recipe]
     if adapt:  # warm-up only: aim at a quarter of the moves accepted
         s = s._replace(
@@ -450,14 +522,14 @@ def _translate_block(key, s: PoolState, pd: PoolData, z: Sizes, adapt: bool):
     ), ok.astype(jnp.float64)
 
 
-def _normal_draw(key, prior_mean, prior_sd, total, count, like_sd):
+def _normal_draw(noise: Noise, prior_mean, prior_sd, total, count, like_sd):
     """Normal mean with a Normal prior, given ``count`` values of sum ``total`` and sd ``like_sd``."""
     prec = 1.0 / prior_sd**2 + count / like_sd**2
     mean = (prior_mean / prior_sd**2 + total / like_sd**2) / prec
-    return mean + jax.random.normal(key, jnp.shape(mean)) / jnp.sqrt(prec)
+    return mean + noise.normal(jnp.shape(mean)) / jnp.sqrt(prec)
 
 
-def _sd_update(key, sd, ss, n, scale, extra=None, rw_step=0.3):
+def _sd_update(noise: Noise, sd, ss, n, scale, extra=None, rw_step=0.3):
     """Scales (any shape): an independence step, then a random-walk step, in ``u = log sd``.
 
     The target of each is ``sd^-n exp(-ss / (2 sd^2))`` times its half-normal prior of
@@ -467,7 +539,6 @@ def _sd_update(key, sd, ss, n, scale, extra=None, rw_step=0.3):
     ``1 / sqrt(2 (n - 1))``), widened 1.3 times; it is used where ``n >= 2``.
     """
     extra = extra or (lambda x: 0.0)
-    k1, k2, k3, k4 = jax.random.split(key, 4)
     u = jnp.log(sd)
 
     def target(v):
@@ -477,46 +548,45 @@ def _sd_update(key, sd, ss, n, scale, extra=None, rw_step=0.3):
     nm = jnp.maximum(n - 1.0, 1.0)
     mode = 0.5 * jnp.log(jnp.maximum(ss, 1e-300) / nm)
     width = 1.3 / jnp.sqrt(2.0 * nm)
-    prop = mode + width * jax.random.normal(k1, jnp.shape(u))
+    prop = mode + width * noise.normal(jnp.shape(u))
 
     def log_q(v):
         return -0.5 * ((v - mode) / width) ** 2
 
     log_r = (target(prop) - log_q(prop)) - (target(u) - log_q(u))
-    ok = (n >= 2) & (jnp.log(jax.random.uniform(k2, jnp.shape(u))) < log_r)
+    ok = (n >= 2) & (jnp.log(noise.uniform(jnp.shape(u))) < log_r)
     u = jnp.where(ok, prop, u)
     if rw_step:
-        prop = u + rw_step * jax.random.normal(k3, jnp.shape(u))
-        ok = jnp.log(jax.random.uniform(k4, jnp.shape(u))) < target(prop) - target(u)
+        prop = u + rw_step * noise.normal(jnp.shape(u))
+        ok = jnp.log(noise.uniform(jnp.shape(u))) < target(prop) - target(u)
         u = jnp.where(ok, prop, u)
     return jnp.exp(u)
 
 
-def _levels_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
+def _levels_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
     """Steps 5 and 6: recipe means, population means, spreads."""
     R0 = pd.data.R0
-    keys = jax.random.split(key, 8)
     sA_r, sA, sB_r, sB, sC_r, sC = (s.sd[i] for i in range(6))
     rt = pd.train_recipe
     n_per_t = jax.ops.segment_sum(jnp.ones_like(s.lB), rt, z.n_recipe)
-    lB_r = _normal_draw(keys[0], s.lB_pop, sB_r, jax.ops.segment_sum(s.lB, rt, z.n_recipe), n_per_t, sB)
-    lC_r = _normal_draw(keys[1], s.lC_pop, sC_r, jax.ops.segment_sum(s.lC, rt, z.n_recipe), n_per_t, sC)
+    lB_r = _normal_draw(noise, s.lB_pop, sB_r, jax.ops.segment_sum(s.lB, rt, z.n_recipe), n_per_t, sB)
+    lC_r = _normal_draw(noise, s.lC_pop, sC_r, jax.ops.segment_sum(s.lC, rt, z.n_recipe), n_per_t, sC)
     # A of each (recipe, task): conjugate proposal, corrected for the curves' truncation
     cell = pd.recipe * z.n_task + pd.task
     n_cell = z.n_recipe * z.n_task
     shape = (z.n_recipe, z.n_task)
     total = jax.ops.segment_sum(s.A, cell, n_cell).reshape(shape)
     count = jax.ops.segment_sum(jnp.ones_like(s.A), cell, n_cell).reshape(shape)
-    A_prop = _normal_draw(keys[2], s.A_pop[None, :], sA_r, total, count, sA)
+    A_prop = _normal_draw(noise, s.A_pop[None, :], sA_r, total, count, sA)
     log_r = jax.ops.segment_sum(
         _log_trunc(s.A_r[pd.recipe, pd.task], sA, R0) - _log_trunc(A_prop[pd.recipe, pd.task], sA, R0),
         cell,
         n_cell,
     ).reshape(shape)
-    A_r = jnp.where(jnp.log(jax.random.uniform(keys[3], shape)) < log_r, A_prop, s.A_r)
-    A_pop = _normal_draw(keys[4], hp.A_pop_loc, hp.A_pop_scale, A_r.sum(0), z.n_recipe, sA_r)
-    lB_pop = _normal_draw(keys[5], math.log(hp.B_median), hp.B_log_sd, lB_r.sum(), z.n_recipe, sB_r)
-    lC_pop = _normal_draw(keys[6], pd.log_c_ref, hp.C_mid_log_sd, lC_r.sum(), z.n_recipe, sC_r)
+    A_r = jnp.where(jnp.log(noise.uniform(shape)) < log_r, A_prop, s.A_r)
+    A_pop = _normal_draw(noise, hp.A_pop_loc, hp.A_pop_scale, A_r.sum(0), z.n_recipe, sA_r)
+    lB_pop = _normal_draw(noise, math.log(hp.B_median), hp.B_log_sd, lB_r.sum(), z.n_recipe, sB_r)
+    lC_pop = _normal_draw(noise, pd.log_c_ref, hp.C_mid_log_sd, lC_r.sum(), z.n_recipe, sC_r)
     dA = s.A - A_r[pd.recipe, pd.task]
     ss = jnp.stack(
         [
@@ -537,7 +607,7 @@ def _levels_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes):
     def extra(x):  # the A seed spread also sets each curve's truncation mass
         return -onehot * jnp.sum(_log_trunc(A_loc, x[1], R0))
 
-    sd = _sd_update(keys[7], s.sd, ss, n, scales, extra)
+    sd = _sd_update(noise, s.sd, ss, n, scales, extra)
     return s._replace(A_r=A_r, lB_r=lB_r, lC_r=lC_r, A_pop=A_pop, lB_pop=lB_pop, lC_pop=lC_pop, sd=sd)
 
 
@@ -551,7 +621,7 @@ def _hn(x, scale):
     return -0.5 * (x / scale) ** 2 + jnp.log(x)
 
 
-def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
+def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     """Rescale each seed spread with every seed's deviation from its recipe (non-centred).
 
     One move each for ``A``, ``B`` and ``C_mid``; the seeds' prior densities and the
@@ -560,7 +630,6 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     """
     R0 = pd.data.R0
     rt = pd.train_recipe
-    keys = jax.random.split(key, 6)
     scales = _sd_scales(hp)
     A_loc = s.A_r[pd.recipe, pd.task]
 
@@ -572,25 +641,25 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     steps = s.log_sstep
     rates = []
     for m, (i_sd, which) in enumerate(((3, "B"), (5, "C"))):  # B and C_mid seed spreads
-        c = jnp.exp(jnp.exp(steps[m + 1]) * jax.random.normal(keys[2 * m]))
+        c = jnp.exp(jnp.exp(steps[m + 1]) * noise.normal())
         lB = s.lB_r[rt] + c * (s.lB - s.lB_r[rt]) if which == "B" else s.lB
         lC = s.lC_r[rt] + c * (s.lC - s.lC_r[rt]) if which == "C" else s.lC
         new_sd = s.sd[i_sd] * c
         Ss, Sy = _sums(lB, lC, pd)
         new = ll(Ss, Sy, s.A, s.sd[1])
         log_r = new - base + _hn(new_sd, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
-        ok = jnp.log(jax.random.uniform(keys[2 * m + 1])) < log_r
+        ok = jnp.log(noise.uniform()) < log_r
         s = _accept(ok, s, lB=lB, lC=lC, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].set(new_sd))
         base = jnp.where(ok, new, base)
         rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # A seed spread
-    c = jnp.exp(jnp.exp(steps[0]) * jax.random.normal(keys[4]))
+    c = jnp.exp(jnp.exp(steps[0]) * noise.normal())
     A = A_loc + c * (s.A - A_loc)
     sA = s.sd[1] * c
     inside = jnp.all((A > R0) & (A < 1.0))
     new = ll(s.Ss, s.Sy, A, sA)
     log_r = jnp.where(inside, new - base + _hn(sA, scales[1]) - _hn(s.sd[1], scales[1]), -jnp.inf)
-    ok = jnp.log(jax.random.uniform(keys[5])) < log_r
+    ok = jnp.log(noise.uniform()) < log_r
     s = _accept(ok, s, A=A, sd=s.sd.at[1].set(sA))
     if adapt:  # aim at 30% accepted
         rate = jnp.stack([jnp.minimum(jnp.exp(log_r), 1.0), *rates])
@@ -598,7 +667,7 @@ def _scale_block(key, s: PoolState, pd: PoolData, hp: HierPriors, adapt: bool):
     return s
 
 
-def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
     """Step 7: the population level moved together with everything below it.
 
     - **Recipe spreads**, non-centred: each recipe's deviation from the population mean is
@@ -616,7 +685,6 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     """
     R0 = pd.data.R0
     rt = pd.train_recipe
-    keys = jax.random.split(key, 8)
     scales = _sd_scales(hp)
     steps = s.log_pstep
     sA = s.sd[1]
@@ -631,18 +699,18 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     base = ll(s.Ss, s.Sy, s.A, s.A_r)
     rates = []
     # recipe spread of A: no change of B or C_mid, so no new sums
-    c = jnp.exp(jnp.exp(steps[0]) * jax.random.normal(keys[0]))
+    c = jnp.exp(jnp.exp(steps[0]) * noise.normal())
     A_r = s.A_pop[None] + c * (s.A_r - s.A_pop[None])
     A = s.A + (A_r - s.A_r)[pd.recipe, pd.task]
     new = ll(s.Ss, s.Sy, A, A_r)
     log_r = jnp.where(inside(A), new - base + _hn(s.sd[0] * c, scales[0]) - _hn(s.sd[0], scales[0]), -jnp.inf)
-    ok = jnp.log(jax.random.uniform(keys[1])) < log_r
+    ok = jnp.log(noise.uniform()) < log_r
     s = _accept(ok, s, A=A, A_r=A_r, sd=s.sd.at[0].multiply(c))
     base = jnp.where(ok, new, base)
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # recipe spreads of B and C_mid
     for m, i_sd in enumerate((2, 4)):
-        c = jnp.exp(jnp.exp(steps[m + 1]) * jax.random.normal(keys[2 * m + 2]))
+        c = jnp.exp(jnp.exp(steps[m + 1]) * noise.normal())
         if i_sd == 2:
             new_r = s.lB_pop + c * (s.lB_r - s.lB_pop)
             lB, lC, lB_r, lC_r = s.lB + (new_r - s.lB_r)[rt], s.lC, new_r, s.lC_r
@@ -652,14 +720,14 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
         Ss, Sy = _sums(lB, lC, pd)
         new = ll(Ss, Sy, s.A, s.A_r)
         log_r = new - base + _hn(s.sd[i_sd] * c, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
-        ok = jnp.log(jax.random.uniform(keys[2 * m + 3])) < log_r
+        ok = jnp.log(noise.uniform()) < log_r
         s = _accept(ok, s, lB=lB, lC=lC, lB_r=lB_r, lC_r=lC_r, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].multiply(c))
         base = jnp.where(ok, new, base)
         rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # the population with every recipe and seed: the step is the recipes' mean translation
     # step shrunk by the square root of their number (what a mean of them moves)
     L = jnp.mean(pd.step, 0) / math.sqrt(z.n_recipe)
-    delta = jnp.exp(steps[3]) * (L @ jax.random.normal(keys[6], (3,)))
+    delta = jnp.exp(steps[3]) * (L @ noise.normal((3,)))
     A, A_r, A_pop = s.A + delta[0], s.A_r + delta[0], s.A_pop + delta[0]
     lB, lC = s.lB + delta[1], s.lC + delta[2]
     Ss, Sy = _sums(lB, lC, pd)
@@ -672,7 +740,7 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
 
     lp_new = prior(A_pop, s.lB_pop + delta[1], s.lC_pop + delta[2])
     log_r = jnp.where(inside(A), new - base + lp_new - prior(s.A_pop, s.lB_pop, s.lC_pop), -jnp.inf)
-    ok = jnp.log(jax.random.uniform(keys[7])) < log_r
+    ok = jnp.log(noise.uniform()) < log_r
     s = _accept(
         ok,
         s,
@@ -694,7 +762,7 @@ def _population_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes,
     return s
 
 
-def _weak_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+def _weak_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
     """Steps 1, 2 and 4 again, :data:`WEAK_SWEEPS` times, for the recipes of ``pd.weak`` only.
 
     Their state is taken out, updated on their own data (each of these steps factorises
@@ -715,12 +783,13 @@ def _weak_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt
         lC_r=s.lC_r[r],
         log_scale=s.log_scale[r],
     )
-    for i in range(WEAK_SWEEPS):
-        k1, k2, k3 = jax.random.split(jax.random.fold_in(key, i), 3)
-        sub, _ = _train_block(k1, sub, w.pd, hp, zw)
-        sub = _curve_block(k2, sub, w.pd, hp)
-        for j in range(N_TRANSLATE):
-            sub, _ = _translate_block(jax.random.fold_in(k3, j), sub, w.pd, zw, adapt)
+
+    def weak_sweep(nz, sub):
+        sub, _ = _train_block(nz, sub, w.pd, hp, zw)
+        sub = _curve_block(nz, sub, w.pd, hp)
+        return nz.repeat(lambda n2, c: _translate_block(n2, c, w.pd, zw, adapt)[0], sub, N_TRANSLATE)
+
+    sub = noise.repeat(weak_sweep, sub, WEAK_SWEEPS)
     return s._replace(
         lB=s.lB.at[t].set(sub.lB),
         lC=s.lC.at[t].set(sub.lC),
@@ -735,18 +804,17 @@ def _weak_block(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt
     )
 
 
-def _sweep(key, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
-    k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
-    s, moved = _train_block(k1, s, pd, hp, z)
-    s = _curve_block(k2, s, pd, hp)
-    for i in range(N_TRANSLATE):
-        s, _ = _translate_block(jax.random.fold_in(k3, i), s, pd, z, adapt)
+def _sweep(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    """One sweep of every block, its random numbers from ``noise``."""
+    s, moved = _train_block(noise, s, pd, hp, z)
+    s = _curve_block(noise, s, pd, hp)
+    s = noise.repeat(lambda nz, c: _translate_block(nz, c, pd, z, adapt)[0], s, N_TRANSLATE)
     if pd.weak is not None:
-        s = _weak_block(jax.random.fold_in(k3, N_TRANSLATE), s, pd, hp, z, adapt)
-    for i in range(N_SCALE):
-        s = _scale_block(jax.random.fold_in(k4, i), s, pd, hp, adapt)
-    s = _population_block(k6, s, pd, hp, z, adapt)
-    s = _levels_block(k5, s, pd, hp, z)
+        s = _weak_block(noise, s, pd, hp, z, adapt)
+    for _ in range(N_SCALE):
+        s = _scale_block(noise, s, pd, hp, adapt)
+    s = _population_block(noise, s, pd, hp, z, adapt)
+    s = _levels_block(noise, s, pd, hp, z)
     return s, moved
 
 
@@ -813,13 +881,14 @@ def _run_chains(keys, pd, hp, z, warmup, samples, thin):
     def run_chain(k, pd):
         k_init, k_run = jax.random.split(k)
         s0 = _init(k_init, pd, hp, z)
+        sizes = Noise.sizes(lambda noise, s: _sweep(noise, s, pd, hp, z, False), s0)
 
         def thinned(s, kk, adapt):
-            def one(c, k1):
-                s1, moved = _sweep(k1, c[0], pd, hp, z, adapt)
+            def one(c, pools):
+                s1, moved = _sweep(Noise(*pools), c[0], pd, hp, z, adapt)
                 return (s1, c[1] + moved), None
 
-            (s, moved), _ = jax.lax.scan(one, (s, jnp.zeros(z.n_train)), jax.random.split(kk, thin))
+            (s, moved), _ = jax.lax.scan(one, (s, jnp.zeros(z.n_train)), Noise.pools(kk, sizes, thin))
             return s, (_record(s, pd), moved / thin)
 
         keys_w = jax.random.split(jax.random.fold_in(k_run, 0), warmup)

@@ -91,6 +91,7 @@ __all__ = [
     "log_diff_ndtr",
     "point_fractions",
     "truncnorm_draw",
+    "truncnorm_quantile",
     "scalerl_numpyro_model",
 ]
 
@@ -464,9 +465,14 @@ def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
 
 def truncnorm_draw(key: jax.Array, mean, sd, upper) -> jax.Array:
     """Inverse-CDF draw from Normal(mean, sd) truncated to (0, upper), stable in the tails."""
+    u = jax.random.uniform(key, jnp.shape(mean), dtype=jnp.result_type(float))
+    return truncnorm_quantile(u, mean, sd, upper)
+
+
+def truncnorm_quantile(u, mean, sd, upper) -> jax.Array:
+    """The ``u`` quantile of Normal(mean, sd) truncated to (0, upper), stable in the tails."""
     a = (0.0 - mean) / sd
     b = (upper - mean) / sd
-    u = jax.random.uniform(key, jnp.shape(mean), dtype=jnp.result_type(float))
     flip = a > 0  # work in the lower tail: x -> -x maps (a, b) to (-b, -a)
     lo = jnp.where(flip, -b, a)
     hi = jnp.where(flip, -a, b)
