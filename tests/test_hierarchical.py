@@ -362,6 +362,53 @@ def test_weak_recipes_are_the_widest_and_their_inputs_a_consistent_subset(study)
     assert np.array_equal(np.asarray(w.pd.step), np.asarray(pd_.step)[rec])
 
 
+def test_the_cached_truncation_masses_stay_current_after_every_block(study):
+    """``PoolState.trunc`` (each curve's log prior mass on (R0, 1), kept, not recomputed, by
+    the blocks that move ``A_recipe`` or the ``A`` seed spread) equals its definition after
+    each block, in warm-up (adapting) and after, to 1e-9 relative. The chains start with a
+    wide ``A`` seed spread, where the masses are far from 1."""
+    from bayes_scalerl.models import pooling as P
+
+    data, idx, flat, pool_data, hp = _pool_inputs(study[1])
+    pd_ = pool_data(data, idx, np.log(flat("B")), np.log(flat("C_mid")), flat("sigma"), flat("A"), hp)
+    assert pd_.weak is not None
+    z = P.Sizes(int(pd_.prop_mean.shape[0]), int(pd_.step.shape[0]), 1)
+    s0 = P._init(jax.random.key(0), pd_, hp, z)
+    s0 = s0._replace(sd=s0.sd.at[1].set(0.1))
+    s0 = s0._replace(trunc=P._log_trunc(s0.A_r[pd_.recipe, pd_.task], s0.sd[1], pd_.data.R0))
+
+    def blocks(nz, s, adapt):  # the blocks of a sweep, the gap after each
+        steps = (
+            lambda s: P._train_block(nz, s, pd_, hp, z)[0],
+            lambda s: P._curve_block(nz, s, pd_, hp),
+            lambda s: P._translate_block(nz, s, pd_, z, adapt)[0],
+            lambda s: P._weak_block(nz, s, pd_, hp, z, adapt),
+            lambda s: P._scale_block(nz, s, pd_, hp, adapt),
+            lambda s: P._population_block(nz, s, pd_, hp, z, adapt),
+            lambda s: P._levels_block(nz, s, pd_, hp, z),
+        )
+        gaps = []
+        for f in steps:
+            s = f(s)
+            fresh = P._log_trunc(s.A_r[pd_.recipe, pd_.task], s.sd[1], pd_.data.R0)
+            gaps.append(jnp.max(jnp.abs(s.trunc - fresh) / jnp.maximum(jnp.abs(fresh), 1e-300)))
+        return s, jnp.stack(gaps)
+
+    sizes = P.Noise.sizes(lambda nz, s: blocks(nz, s, False)[0], s0)
+
+    @jax.jit
+    def run(s, pools_w, pools_s):
+        s, g_w = jax.lax.scan(lambda c, x: blocks(P.Noise(*x), c, True), s, pools_w)
+        s, g_s = jax.lax.scan(lambda c, x: blocks(P.Noise(*x), c, False), s, pools_s)
+        return s, jnp.concatenate([g_w, g_s])
+
+    pools = [P.Noise.pools(jax.random.key(i), sizes, 30) for i in (1, 2)]
+    s, gaps = run(s0, *pools)
+    np.testing.assert_array_less(np.asarray(gaps).max(0), 1e-9)
+    assert not np.allclose(np.asarray(s.A_r), np.asarray(s0.A_r))  # it moved
+    assert float(s.sd[1]) != float(s0.sd[1])
+
+
 _POOL_CHILD = """
 import sys, numpy as np, jax, bayes_scalerl as bs
 from bayes_scalerl.models.pooling import chain_layout

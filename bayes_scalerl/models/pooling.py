@@ -238,6 +238,7 @@ class PoolState(NamedTuple):
     Ss: jax.Array  # (curve,) sum s^2 at the current (log B, log C_mid)
     Sy: jax.Array  # (curve,) sum s (y - R0)
     log_pstep: jax.Array  # (4,) log steps of step 7 (A, B, C_mid recipe spreads; translation)
+    trunc: jax.Array  # (curve,) log mass on (R0, 1) of each curve's A prior (_log_trunc): kept current
 
 
 def pool_data(
@@ -490,12 +491,12 @@ def _translate_block(noise: Noise, s: PoolState, pd: PoolData, z: Sizes, adapt: 
     Ar_new = s.A_r + delta[:, :1]
     inside = (A_new > R0) & (A_new < 1.0)
 
-    def curve_ll(Ss, Sy, A, A_r):
-        ll = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
-        return ll - _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
+    def curve_ll(Ss, Sy, A, trunc):
+        return _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc
 
     Ss_new, Sy_new = _sums(lB_new, lC_new, pd)
-    diff = curve_ll(Ss_new, Sy_new, A_new, Ar_new) - curve_ll(s.Ss, s.Sy, s.A, s.A_r)
+    trunc_new = _log_trunc(Ar_new[pd.recipe, pd.task], sA, R0)
+    diff = curve_ll(Ss_new, Sy_new, A_new, trunc_new) - curve_ll(s.Ss, s.Sy, s.A, s.trunc)
     log_r = jax.ops.segment_sum(jnp.where(inside, diff, -jnp.inf), pd.recipe, z.n_recipe)
 
     def prior(A_r, lB_r, lC_r):
@@ -516,6 +517,7 @@ def _translate_block(noise: Noise, s: PoolState, pd: PoolData, z: Sizes, adapt: 
         A=jnp.where(ok_c, A_new, s.A),
         Ss=jnp.where(ok_c, Ss_new, s.Ss),
         Sy=jnp.where(ok_c, Sy_new, s.Sy),
+        trunc=jnp.where(ok_c, trunc_new, s.trunc),
         A_r=jnp.where(ok[:, None], Ar_new, s.A_r),
         lB_r=jnp.where(ok, s.lB_r + delta[:, 1], s.lB_r),
         lC_r=jnp.where(ok, s.lC_r + delta[:, 2], s.lC_r),
@@ -578,11 +580,8 @@ def _levels_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: S
     total = jax.ops.segment_sum(s.A, cell, n_cell).reshape(shape)
     count = jax.ops.segment_sum(jnp.ones_like(s.A), cell, n_cell).reshape(shape)
     A_prop = _normal_draw(noise, s.A_pop[None, :], sA_r, total, count, sA)
-    log_r = jax.ops.segment_sum(
-        _log_trunc(s.A_r[pd.recipe, pd.task], sA, R0) - _log_trunc(A_prop[pd.recipe, pd.task], sA, R0),
-        cell,
-        n_cell,
-    ).reshape(shape)
+    trunc_prop = _log_trunc(A_prop[pd.recipe, pd.task], sA, R0)
+    log_r = jax.ops.segment_sum(s.trunc - trunc_prop, cell, n_cell).reshape(shape)
     A_r = jnp.where(jnp.log(noise.uniform(shape)) < log_r, A_prop, s.A_r)
     A_pop = _normal_draw(noise, hp.A_pop_loc, hp.A_pop_scale, A_r.sum(0), z.n_recipe, sA_r)
     lB_pop = _normal_draw(noise, math.log(hp.B_median), hp.B_log_sd, lB_r.sum(), z.n_recipe, sB_r)
@@ -608,7 +607,10 @@ def _levels_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: S
         return -onehot * jnp.sum(_log_trunc(A_loc, x[1], R0))
 
     sd = _sd_update(noise, s.sd, ss, n, scales, extra)
-    return s._replace(A_r=A_r, lB_r=lB_r, lC_r=lC_r, A_pop=A_pop, lB_pop=lB_pop, lC_pop=lC_pop, sd=sd)
+    trunc = _log_trunc(A_loc, sd[1], R0)
+    return s._replace(
+        A_r=A_r, lB_r=lB_r, lC_r=lC_r, A_pop=A_pop, lB_pop=lB_pop, lC_pop=lC_pop, sd=sd, trunc=trunc
+    )
 
 
 def _accept(ok, s: PoolState, **proposed) -> PoolState:
@@ -633,11 +635,10 @@ def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt
     scales = _sd_scales(hp)
     A_loc = s.A_r[pd.recipe, pd.task]
 
-    def ll(Ss, Sy, A, sA):
-        out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
-        return jnp.sum(out - _log_trunc(A_loc, sA, R0))
+    def ll(Ss, Sy, A, trunc):
+        return jnp.sum(_loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc)
 
-    base = ll(s.Ss, s.Sy, s.A, s.sd[1])
+    base = ll(s.Ss, s.Sy, s.A, s.trunc)
     steps = s.log_sstep
     rates = []
     for m, (i_sd, which) in enumerate(((3, "B"), (5, "C"))):  # B and C_mid seed spreads
@@ -646,7 +647,7 @@ def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt
         lC = s.lC_r[rt] + c * (s.lC - s.lC_r[rt]) if which == "C" else s.lC
         new_sd = s.sd[i_sd] * c
         Ss, Sy = _sums(lB, lC, pd)
-        new = ll(Ss, Sy, s.A, s.sd[1])
+        new = ll(Ss, Sy, s.A, s.trunc)
         log_r = new - base + _hn(new_sd, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
         ok = jnp.log(noise.uniform()) < log_r
         s = _accept(ok, s, lB=lB, lC=lC, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].set(new_sd))
@@ -657,10 +658,11 @@ def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt
     A = A_loc + c * (s.A - A_loc)
     sA = s.sd[1] * c
     inside = jnp.all((A > R0) & (A < 1.0))
-    new = ll(s.Ss, s.Sy, A, sA)
+    trunc = _log_trunc(A_loc, sA, R0)
+    new = ll(s.Ss, s.Sy, A, trunc)
     log_r = jnp.where(inside, new - base + _hn(sA, scales[1]) - _hn(s.sd[1], scales[1]), -jnp.inf)
     ok = jnp.log(noise.uniform()) < log_r
-    s = _accept(ok, s, A=A, sd=s.sd.at[1].set(sA))
+    s = _accept(ok, s, A=A, sd=s.sd.at[1].set(sA), trunc=trunc)
     if adapt:  # aim at 30% accepted
         rate = jnp.stack([jnp.minimum(jnp.exp(log_r), 1.0), *rates])
         s = s._replace(log_sstep=jnp.clip(steps + 0.1 * (rate - 0.3), -6.0, 1.0))
@@ -689,23 +691,26 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     steps = s.log_pstep
     sA = s.sd[1]
 
-    def ll(Ss, Sy, A, A_r):
-        out = _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma)
-        return jnp.sum(out - _log_trunc(A_r[pd.recipe, pd.task], sA, R0))
+    def ll(Ss, Sy, A, trunc):
+        return jnp.sum(_loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc)
+
+    def trunc_at(A_r):
+        return _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
 
     def inside(A):
         return jnp.all((A > R0) & (A < 1.0))
 
-    base = ll(s.Ss, s.Sy, s.A, s.A_r)
+    base = ll(s.Ss, s.Sy, s.A, s.trunc)
     rates = []
     # recipe spread of A: no change of B or C_mid, so no new sums
     c = jnp.exp(jnp.exp(steps[0]) * noise.normal())
     A_r = s.A_pop[None] + c * (s.A_r - s.A_pop[None])
     A = s.A + (A_r - s.A_r)[pd.recipe, pd.task]
-    new = ll(s.Ss, s.Sy, A, A_r)
+    trunc = trunc_at(A_r)
+    new = ll(s.Ss, s.Sy, A, trunc)
     log_r = jnp.where(inside(A), new - base + _hn(s.sd[0] * c, scales[0]) - _hn(s.sd[0], scales[0]), -jnp.inf)
     ok = jnp.log(noise.uniform()) < log_r
-    s = _accept(ok, s, A=A, A_r=A_r, sd=s.sd.at[0].multiply(c))
+    s = _accept(ok, s, A=A, A_r=A_r, sd=s.sd.at[0].multiply(c), trunc=trunc)
     base = jnp.where(ok, new, base)
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     # recipe spreads of B and C_mid
@@ -718,7 +723,7 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
             new_r = s.lC_pop + c * (s.lC_r - s.lC_pop)
             lB, lC, lB_r, lC_r = s.lB, s.lC + (new_r - s.lC_r)[rt], s.lB_r, new_r
         Ss, Sy = _sums(lB, lC, pd)
-        new = ll(Ss, Sy, s.A, s.A_r)
+        new = ll(Ss, Sy, s.A, s.trunc)
         log_r = new - base + _hn(s.sd[i_sd] * c, scales[i_sd]) - _hn(s.sd[i_sd], scales[i_sd])
         ok = jnp.log(noise.uniform()) < log_r
         s = _accept(ok, s, lB=lB, lC=lC, lB_r=lB_r, lC_r=lC_r, Ss=Ss, Sy=Sy, sd=s.sd.at[i_sd].multiply(c))
@@ -731,7 +736,8 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     A, A_r, A_pop = s.A + delta[0], s.A_r + delta[0], s.A_pop + delta[0]
     lB, lC = s.lB + delta[1], s.lC + delta[2]
     Ss, Sy = _sums(lB, lC, pd)
-    new = ll(Ss, Sy, A, A_r)
+    trunc = trunc_at(A_r)
+    new = ll(Ss, Sy, A, trunc)
 
     def prior(A_pop, lB_pop, lC_pop):
         lp = -0.5 * jnp.sum((A_pop - hp.A_pop_loc) ** 2) / hp.A_pop_scale**2
@@ -755,6 +761,7 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
         lC_pop=s.lC_pop + delta[2],
         Ss=Ss,
         Sy=Sy,
+        trunc=trunc,
     )
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     if adapt:  # aim at 30% accepted
@@ -778,6 +785,7 @@ def _weak_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Siz
         sigma=s.sigma[c],
         Ss=s.Ss[c],
         Sy=s.Sy[c],
+        trunc=s.trunc[c],
         A_r=s.A_r[r],
         lB_r=s.lB_r[r],
         lC_r=s.lC_r[r],
@@ -797,6 +805,7 @@ def _weak_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Siz
         sigma=s.sigma.at[c].set(sub.sigma),
         Ss=s.Ss.at[c].set(sub.Ss),
         Sy=s.Sy.at[c].set(sub.Sy),
+        trunc=s.trunc.at[c].set(sub.trunc),
         A_r=s.A_r.at[r].set(sub.A_r),
         lB_r=s.lB_r.at[r].set(sub.lB_r),
         lC_r=s.lC_r.at[r].set(sub.lC_r),
@@ -855,6 +864,7 @@ def _init(key, pd: PoolData, hp: HierPriors, z: Sizes) -> PoolState:
         Ss,
         Sy,
         jnp.array([math.log(0.15)] * 3 + [0.0]),
+        _log_trunc(A_r[pd.recipe, pd.task], sd[1], pd.data.R0),
     )
 
 
