@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,6 +24,19 @@ def float64():
 
     with x64():
         yield
+
+
+def run_child(code: str, args: list, n_devices: int = 2, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``python -c code *args`` with ``n_devices`` CPU devices; fail the test unless it exits 0.
+
+    ``XLA_FLAGS`` must be set before JAX starts, hence a fresh process.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={int(n_devices)}"
+    cmd = [sys.executable, "-c", code, *(str(a) for a in args)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
 
 
 #: Sampler settings of the quick fits in the tests.

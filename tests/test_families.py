@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import QUICK, run_child
 
 import bayes_scalerl as bs
 from bayes_scalerl import engine
@@ -21,8 +22,6 @@ from bayes_scalerl.posterior import families as fam_fit
 
 #: These tests call the model's JAX internals directly: run them in float64 (see conftest).
 pytestmark = pytest.mark.usefixtures("float64")
-
-QUICK = dict(chains=4, warmup=300, samples=300)
 GRID = np.concatenate([[0.0], np.linspace(250.0, 12_000.0, 23)])
 #: Cut-off of the comparison tests: 17 fitted points (pads to 24, as the full grid does), 6 held out.
 FIT_UNTIL = 9_000.0
@@ -229,9 +228,6 @@ np.savez(sys.argv[2], **{k: v.values for k, v in res.dt["posterior"].data_vars.i
 
 def test_power_family_resumes_and_runs_on_two_devices(power_data, tmp_path):
     """The families run on the engine: a resumed fit and a fit on 2 devices draw the same bits."""
-    import os
-    import subprocess
-    import sys
 
     runs = power_data[0]
     kw = dict(QUICK, seed=0, chunk_size=2, log_likelihood=False)
@@ -242,16 +238,7 @@ def test_power_family_resumes_and_runs_on_two_devices(power_data, tmp_path):
     resumed = fam_fit.fit_family(runs, "power", checkpoint_dir=ckpt, **kw)
     path = tmp_path / "power.parquet"
     runs.table.to_parquet(path)
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    out = subprocess.run(
-        [sys.executable, "-c", _FAM_CHILD, str(path), str(tmp_path / "two.npz")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    run_child(_FAM_CHILD, [path, tmp_path / "two.npz"])
     two = np.load(tmp_path / "two.npz")
     for name in ("g", "b", "sigma"):
         want = whole.dt["posterior"][name].values

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import QUICK
+from conftest import QUICK, run_child
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.comparisons import compare, compute_to_target, recipe_curve_draws, recipe_draws
@@ -421,9 +421,6 @@ np.savez(sys.argv[2], **{k: res.dt["posterior"][k].values for k in ("A", "C_mid"
 
 def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path):
     """The pooled chains run on every local device; each chain's draws depend on its key only."""
-    import os
-    import subprocess
-    import sys
 
     from bayes_scalerl.models.pooling import chain_layout
 
@@ -442,16 +439,7 @@ def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path
     )
     path = tmp_path / "study.parquet"
     study[1].table.to_parquet(path)
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    out = subprocess.run(
-        [sys.executable, "-c", _POOL_CHILD, str(path), str(tmp_path / "two.npz")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    run_child(_POOL_CHILD, [path, tmp_path / "two.npz"])
     two = np.load(tmp_path / "two.npz")
     for name in ("A", "C_mid", "A_recipe", "B_seed_sd"):
         np.testing.assert_array_equal(two[name], one.dt["posterior"][name].values, err_msg=name)
