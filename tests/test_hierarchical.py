@@ -443,3 +443,14 @@ def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path
     two = np.load(tmp_path / "two.npz")
     for name in ("A", "C_mid", "A_recipe", "B_seed_sd"):
         np.testing.assert_array_equal(two[name], one.dt["posterior"][name].values, err_msg=name)
+
+
+def test_pooled_chains_of_a_large_study_warm_up_for_half_the_configured_draws():
+    from bayes_scalerl.posterior.hierarchy import POOL_WARMUP_SHARE, THIN, pooled_warmup, sweeps_per_draw
+
+    assert POOL_WARMUP_SHARE == 0.5
+    assert [pooled_warmup(w, 500) for w in (1, 2, 3, 500, 1000)] == [1, 1, 2, 250, 500]
+    # small studies (more sweeps per draw) keep the whole warm-up
+    for n in (10, 32, 100, 133):
+        assert sweeps_per_draw(n) > THIN and pooled_warmup(500, n) == 500
+    assert sweeps_per_draw(134) == THIN and pooled_warmup(500, 134) == 250
