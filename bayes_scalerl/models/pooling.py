@@ -398,6 +398,15 @@ def _loglik_explicit(Ss, Sy, Syy, n, g, sigma):
     return -0.5 * rss / sigma**2 - n * jnp.log(sigma)
 
 
+def _curve_ll(pd: PoolData, sigma, Ss, Sy, A, trunc):
+    """Each curve's log-likelihood at its ``A``, less the log truncation mass of its ``A`` prior.
+
+    The part of a curve's density that the moves of ``A``, ``B``, ``C_mid`` and the levels
+    above change (``sigma`` held fixed).
+    """
+    return _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - pd.data.R0, sigma) - trunc
+
+
 # ---------------------------------------------------------------------------- the blocks
 
 
@@ -491,8 +500,7 @@ def _translate_block(noise: Noise, s: PoolState, pd: PoolData, z: Sizes, adapt: 
     Ar_new = s.A_r + delta[:, :1]
     inside = (A_new > R0) & (A_new < 1.0)
 
-    def curve_ll(Ss, Sy, A, trunc):
-        return _loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc
+    curve_ll = functools.partial(_curve_ll, pd, s.sigma)
 
     Ss_new, Sy_new = _sums(lB_new, lC_new, pd)
     trunc_new = _log_trunc(Ar_new[pd.recipe, pd.task], sA, R0)
@@ -636,7 +644,7 @@ def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt
     A_loc = s.A_r[pd.recipe, pd.task]
 
     def ll(Ss, Sy, A, trunc):
-        return jnp.sum(_loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc)
+        return jnp.sum(_curve_ll(pd, s.sigma, Ss, Sy, A, trunc))
 
     base = ll(s.Ss, s.Sy, s.A, s.trunc)
     steps = s.log_sstep
@@ -692,7 +700,7 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     sA = s.sd[1]
 
     def ll(Ss, Sy, A, trunc):
-        return jnp.sum(_loglik_explicit(Ss, Sy, pd.Syy, 0.0, A - R0, s.sigma) - trunc)
+        return jnp.sum(_curve_ll(pd, s.sigma, Ss, Sy, A, trunc))
 
     def trunc_at(A_r):
         return _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
