@@ -181,7 +181,7 @@ def test_exponential_recovers_truth():
     assert res.diagnostics()["divergences"].sum() == 0
 
 
-def test_same_shape_does_not_recompile(power_fit):
+def test_same_shape_does_not_recompile(power_fit, keep_programs):
     """A second power data set of the same bucketed shape reuses the compiled sampler."""
     before = engine.trace_count()
     runs, _ = simulate_power(7, n=3)  # 3 runs bucket to 4, like the first data set

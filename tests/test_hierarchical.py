@@ -262,7 +262,7 @@ def test_model_argument_is_checked(study):
         bs.fit(study[1], model="hierarchical", priors=bs.Priors(R0_fitted=True))
 
 
-def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_path):
+def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_path, keep_programs):
     from bayes_scalerl import engine
 
     kw = dict(min_compute=1500, model="hierarchical", seed=2, warmup=60, samples=60, chunk_size=8)

@@ -91,7 +91,7 @@ def test_nuts_matches_brute_force_grid():
             assert np.all(np.abs(got - exact) < tol), (name, param, got, exact, tol)
 
 
-def test_second_data_set_of_same_shape_does_not_recompile():
+def test_second_data_set_of_same_shape_does_not_recompile(keep_programs):
     truth, df1 = _three_runs(10)
     _, df2 = _three_runs(11)
     bs.fit(df1, min_compute=1500, seed=0, **QUICK)
