@@ -35,7 +35,11 @@ EDGES = (0.0, 0.1, 0.25, 0.5, 1.0)
 
 
 def per_run(family: str, noise: str, n_runs: int, horizon: float, seed: int) -> pd.DataFrame:
-    """One row per run: ``f_cut``, ``bias`` (median - true mean), ``coverage90``, ``A``, ``A_median``."""
+    """One row per run: ``f_cut``, ``bias`` (median - true mean), ``coverage90``, ``A``, ``A_median``.
+
+    Also ``converged`` (1 or 0: the package's R-hat/ESS/divergence check), since a low
+    median could come from unconverged chains.
+    """
     rng = np.random.default_rng(seed)
     params = misspec.draw_params(rng, family, n_runs, prefix=f"{family}/{noise}")
     df = misspec.simulate(params, noise, rng)
@@ -51,18 +55,25 @@ def per_run(family: str, noise: str, n_runs: int, horizon: float, seed: int) -> 
     out["A"] = p["A"]
     post = bt.fit.dt["posterior"]["A"].median(dim=("chain", "draw")).to_series()
     out["A_median"] = post.reindex(out.index).to_numpy()
+    diag = bt.fit.diagnostics().set_index("run")
+    out["converged"] = diag["converged"].reindex(out.index).astype(float).to_numpy()
     return out
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Groups of ``f_cut``, then all runs: ``runs, bias, coverage90, A, A_median``."""
+    """Groups of ``f_cut``, then all runs: ``runs, bias, coverage90, A, A_median, converged``,
+    and ``bias_converged`` / ``bias_unconverged`` (the bias over each kind of run)."""
     groups = pd.cut(runs["f_cut"], list(EDGES))
-    cols = ["bias", "coverage90", "A", "A_median"]
+    runs = runs.assign(
+        bias_converged=runs["bias"].where(runs["converged"] == 1.0),
+        bias_unconverged=runs["bias"].where(runs["converged"] == 0.0),
+    )
+    cols = ["bias", "coverage90", "A", "A_median", "converged", "bias_converged", "bias_unconverged"]
     t = runs.groupby(groups, observed=False)[cols].mean()
     t.insert(0, "runs", runs.groupby(groups, observed=False).size())
     t.index = [f"{iv.left:g}-{iv.right:g}" for iv in t.index]
     t.loc["all"] = [len(runs), *runs[cols].mean()]
-    return t
+    return t[t["runs"] > 0]
 
 
 def main(argv=None) -> None:
@@ -98,16 +109,19 @@ def main(argv=None) -> None:
         "`f_cut`: share of the sigmoid's rise reached at the cutoff (largest compute / horizon). `bias`: "
         "mean over a run's held-out points of the predictive median minus the true mean curve, averaged "
         "over runs. `coverage90`: share of a run's held-out evaluations inside the 90% band, averaged over "
-        "runs. `A`, `A_median`: mean over runs of the true sigmoid `A` and of its posterior median.",
+        "runs. `A`, `A_median`: mean over runs of the true sigmoid `A` and of its posterior median. "
+        "`converged`: share of runs passing the package's convergence check; `bias, converged` and "
+        "`bias, not`: the bias over those runs and over the others (a sampling artefact would show as "
+        "a gap between them).",
     ]
     for f, t in tables.items():
-        lines += ["", f"## {f} / {args.noise}", "", "| f_cut | runs | bias | coverage90 | A | A_median |"]
-        lines.append("|---|---|---|---|---|---|")
+        head = "| f_cut | runs | bias | coverage90 | A | A_median | converged | bias, converged | bias, not |"
+        lines += ["", f"## {f} / {args.noise}", "", head, "|---|---|---|---|---|---|---|---|---|"]
         for name, r in t.iterrows():
-            lines.append(
-                f"| {name} | {int(r['runs'])} | {r['bias']:.3f} | {r['coverage90']:.3f} | {r['A']:.3f} | "
-                f"{r['A_median']:.3f} |"
-            )
+            cells = [f"{r[c]:.3f}" for c in ("bias", "coverage90", "A", "A_median", "converged")]
+            split = ("bias_converged", "bias_unconverged")
+            cells += [f"{r[c]:.3f}" if pd.notna(r[c]) else "-" for c in split]
+            lines.append(f"| {name} | {int(r['runs'])} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
