@@ -51,7 +51,10 @@ def per_run(family: str, noise: str, n_runs: int, horizon: float, seed: int) -> 
         bias=("err", "mean"), coverage90=("covered90", "mean"), cutoff=("cutoff", "first")
     )
     p = params.set_index("run").loc[out.index]
-    out["f_cut"] = 1.0 / (1.0 + (p["C_mid"] / out["cutoff"]) ** p["B"])
+    # the rise's share reached: the sigmoid from R0 = 0 to A = 1
+    out["f_cut"] = np.asarray(
+        bs.scalerl_curve(out["cutoff"].to_numpy(), 1.0, p["B"].to_numpy(), p["C_mid"].to_numpy(), 0.0)
+    )
     out["A"] = p["A"]
     post = bt.fit.dt["posterior"]["A"].median(dim=("chain", "draw")).to_series()
     out["A_median"] = post.reindex(out.index).to_numpy()
