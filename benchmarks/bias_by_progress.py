@@ -58,6 +58,14 @@ def per_run(family: str, noise: str, n_runs: int, horizon: float, seed: int) -> 
     out["A"] = p["A"]
     post = bt.fit.dt["posterior"]["A"].median(dim=("chain", "draw")).to_series()
     out["A_median"] = post.reindex(out.index).to_numpy()
+    # B and C_mid (log of C_mid over the cutoff) beside their posterior medians: which one moves
+    pb = bt.fit.dt["posterior"]
+    out["B"] = p["B"].to_numpy()
+    out["B_median"] = pb["B"].median(dim=("chain", "draw")).to_series().reindex(out.index).to_numpy()
+    cut = out["cutoff"].to_numpy()
+    out["lc"] = np.log(p["C_mid"].to_numpy() / cut)
+    c_med = pb["C_mid"].median(dim=("chain", "draw")).to_series().reindex(out.index).to_numpy()
+    out["lc_median"] = np.log(c_med / cut)
     diag = bt.fit.diagnostics().set_index("run")
     out["converged"] = diag["converged"].reindex(out.index).astype(float).to_numpy()
     return out
@@ -71,7 +79,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
         bias_converged=runs["bias"].where(runs["converged"] == 1.0),
         bias_unconverged=runs["bias"].where(runs["converged"] == 0.0),
     )
-    cols = ["bias", "coverage90", "A", "A_median", "converged", "bias_converged", "bias_unconverged"]
+    cols = ["bias", "coverage90", "A", "A_median", "B", "B_median", "lc", "lc_median"]
+    cols += ["converged", "bias_converged", "bias_unconverged"]
     t = runs.groupby(groups, observed=False)[cols].mean()
     t.insert(0, "runs", runs.groupby(groups, observed=False).size())
     t.index = [f"{iv.left:g}-{iv.right:g}" for iv in t.index]
@@ -112,16 +121,21 @@ def main(argv=None) -> None:
         "`f_cut`: share of the sigmoid's rise reached at the cutoff (largest compute / horizon). `bias`: "
         "mean over a run's held-out points of the predictive median minus the true mean curve, averaged "
         "over runs. `coverage90`: share of a run's held-out evaluations inside the 90% band, averaged over "
-        "runs. `A`, `A_median`: mean over runs of the true sigmoid `A` and of its posterior median. "
+        "runs. `A`, `A_median`: mean over runs of the true sigmoid `A` and of its posterior median; "
+        "`B`, `B_median` likewise; `lc`, `lc_median`: of `log(C_mid / cutoff)`. "
         "`converged`: share of runs passing the package's convergence check; `bias, converged` and "
         "`bias, not`: the bias over those runs and over the others (a sampling artefact would show as "
         "a gap between them).",
     ]
     for f, t in tables.items():
-        head = "| f_cut | runs | bias | coverage90 | A | A_median | converged | bias, converged | bias, not |"
-        lines += ["", f"## {f} / {args.noise}", "", head, "|---|---|---|---|---|---|---|---|---|"]
+        head = (
+            "| f_cut | runs | bias | coverage90 | A | A_median | B | B_median | lc | lc_median | converged "
+            "| bias, converged | bias, not |"
+        )
+        lines += ["", f"## {f} / {args.noise}", "", head, "|" + "---|" * 13]
+        shown = ("bias", "coverage90", "A", "A_median", "B", "B_median", "lc", "lc_median", "converged")
         for name, r in t.iterrows():
-            cells = [f"{r[c]:.3f}" for c in ("bias", "coverage90", "A", "A_median", "converged")]
+            cells = [f"{r[c]:.3f}" for c in shown]
             split = ("bias_converged", "bias_unconverged")
             cells += [f"{r[c]:.3f}" if pd.notna(r[c]) else "-" for c in split]
             lines.append(f"| {name} | {int(r['runs'])} | " + " | ".join(cells) + " |")

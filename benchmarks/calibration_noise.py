@@ -12,6 +12,9 @@ Scenarios:
 - ``binomial``: each evaluation is the mean of 200 graded generations (binomial noise)
   plus a small extra Gaussian term (sd 0.005).
 
+On ``ar1`` curves a third fit fixes every run's correlation at the batch's estimate
+(``Priors(likelihood="ar1", rho="auto")``, :func:`bayes_scalerl.noise_correlation`).
+
 Usage::
 
     python benchmarks/calibration_noise.py --runs 100 --out benchmarks/results/calibration-noise.md
@@ -94,13 +97,19 @@ def main() -> None:
     rows = []
     for k, scenario in enumerate(a.scenarios.split(",")):
         truth, df = simulate(scenario, a.runs, 1000 + k)
-        for lik in dict.fromkeys([scenario, "gaussian"]):
+        likelihoods = [scenario, "gaussian"] + (["ar1 (rho auto)"] if scenario == "ar1" else [])
+        for lik in dict.fromkeys(likelihoods):
+            priors = (
+                bs.Priors(likelihood="ar1", rho="auto")
+                if lik == "ar1 (rho auto)"
+                else bs.Priors(likelihood=lik)
+            )
             t0 = time.perf_counter()
             res = bs.fit(
                 df,
                 min_compute=1500,
                 fit_until=FIT_UNTIL,
-                priors=bs.Priors(likelihood=lik),
+                priors=priors,
                 warmup=a.warmup,
                 samples=a.samples,
                 seed=k,
@@ -110,6 +119,8 @@ def main() -> None:
             r = {"scenario": scenario, "likelihood": lik, "seconds": took, **score(res)}
             if lik == "ar1":
                 r["rho_median"] = float(np.median(np.median(res.draws("rho"), axis=1)))
+            elif lik == "ar1 (rho auto)":
+                r["rho_median"] = float(res.settings["priors"]["rho"])
             rows.append(r)
             print(r, flush=True)
     import jax
@@ -127,17 +138,19 @@ def main() -> None:
         "",
         f"{a.runs} runs per scenario (A in 0.5-0.7, B in 1.2-3, C_mid in 1.5k-4k GPU-hours); fit on "
         "1.5k-8k GPU-hours, score the held-out evaluations at 8.4k-16k. "
+        "`rho`: the median over runs of each run's posterior median (`ar1`), or the fixed estimate. "
         "Binomial standard error of a coverage from independent points: "
         f"{se.min():.3f}; held-out points of one run are correlated, so the real error is larger.",
         "",
         "| scenario | likelihood | held-out points | coverage 50% | coverage 90% | runs converged | "
-        "fit time (s) |",
-        "|---|---|---|---|---|---|---|",
+        "fit time (s) | rho |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['scenario']} | {r['likelihood']} | {r['n_points']} | {r['coverage50']:.3f} | "
-            f"{r['coverage90']:.3f} | {r['converged']:.2f} | {r['seconds']:.0f} |"
+            f"{r['coverage90']:.3f} | {r['converged']:.2f} | {r['seconds']:.0f} | "
+            + (f"{r['rho_median']:.2f} |" if "rho_median" in r else "- |")
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -59,6 +59,8 @@ def main(argv=None) -> None:
         "ta095": {"target_accept": 0.95},
         "s1000": {"samples": 1000},
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},
+        "ar1-auto": {"priors": bs.Priors(likelihood="ar1", rho="auto")},
+        "ar1-auto-no-retry": {"priors": bs.Priors(likelihood="ar1", rho="auto"), "retry": False},
     }
     rows = []
     warmed: set = set()

@@ -123,6 +123,13 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
     )
     p.add_argument(
+        "--rho",
+        default=None,
+        help="with --likelihood ar1: fix the AR(1) correlation of neighbouring evaluations for every "
+        "run, at a number in (-1, 1) or at 'auto' (the batch's estimate from the data, "
+        "bs.noise_correlation); by default each run's is sampled",
+    )
+    p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
         default="calibrated",
@@ -212,6 +219,13 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     _add_sampler_options(p)
     p.add_argument(
         "--likelihood", choices=LIKELIHOODS, default="gaussian", help="noise model (default gaussian)"
+    )
+    p.add_argument(
+        "--rho",
+        default=None,
+        help="with --likelihood ar1: fix the AR(1) correlation of neighbouring evaluations for every "
+        "run, at a number in (-1, 1) or at 'auto' (the batch's estimate from the data, "
+        "bs.noise_correlation); by default each run's is sampled",
     )
     p.add_argument(
         "--discrepancy",
@@ -351,7 +365,6 @@ _reward = _strictly_between_0_and_1("reward")
 
 def _run_backtest(args) -> int:
     from ..analyses.backtest import backtest
-    from ..models.priors import Priors
 
     runs = _read_input(args)
     bt = backtest(
@@ -365,7 +378,7 @@ def _run_backtest(args) -> int:
             chains=args.chains,
             warmup=args.warmup,
             samples=args.samples,
-            priors=Priors(likelihood=args.likelihood),
+            priors=_priors(args),
             discrepancy=args.discrepancy == "calibrated",
             progress=True,
         ),
@@ -384,14 +397,23 @@ def _run_backtest(args) -> int:
     return 0
 
 
+def _priors(args):
+    """The :class:`~bayes_scalerl.Priors` of ``--likelihood`` and ``--rho``."""
+    from ..models.priors import Priors
+
+    rho = getattr(args, "rho", None)
+    if rho is not None and rho != "auto":
+        rho = float(rho)
+    return Priors(likelihood=args.likelihood, rho=rho)
+
+
 def _run_identify(args) -> int:
     from ..analyses.identify import budget_sweep, prior_sensitivity
-    from ..models.priors import Priors
 
     runs = _read_input(args)
     kw = dict(
         min_compute=args.min_compute,
-        priors=Priors(likelihood=args.likelihood),
+        priors=_priors(args),
         discrepancy=args.discrepancy == "calibrated",
         chains=args.chains,
         warmup=args.warmup,
@@ -520,12 +542,11 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     # validate the window before sampling, so bad input writes nothing
     runs.window(min_compute=kw["min_compute"], fit_until=kw["fit_until"])
     t0 = time.perf_counter()
-    from ..models.priors import Priors
 
     result = fit(
         runs,
         model=args.model,
-        priors=Priors(likelihood=args.likelihood),
+        priors=_priors(args),
         discrepancy=args.discrepancy == "calibrated",
         retry=not getattr(args, "no_retry", False),
         chains=args.chains,
@@ -600,6 +621,16 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                 if not parent.is_dir():
                     parser.error(f"argument --out: {parent} is a file, not a folder")
                 break
+    rho = getattr(args, "rho", None)
+    if rho is not None:
+        if args.likelihood != "ar1":
+            parser.error("argument --rho: needs --likelihood ar1")
+        try:
+            ok = rho == "auto" or -1.0 < float(rho) < 1.0
+        except ValueError:
+            ok = False
+        if not ok:
+            parser.error(f"argument --rho: 'auto' or a number in (-1, 1), got {rho!r}")
     if args.command in ("fit", "demo"):
         if args.model == "hierarchical" and args.likelihood != "gaussian":
             parser.error("--model hierarchical has a Gaussian likelihood only (--likelihood gaussian)")

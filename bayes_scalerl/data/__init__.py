@@ -9,6 +9,7 @@ nothing else from the package.
 """
 
 from .files import atomic_file, atomic_output_dir, new_file_mode
+from .noise import noise_correlation
 from .readers import FORMATS, read_any, read_table, read_tensorboard, read_verl, read_wandb_csv
 from .runs import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, DataError, FitWindow, Runs, in_likelihood
 from .tables import read_runs
@@ -24,6 +25,7 @@ __all__ = [
     "atomic_output_dir",
     "in_likelihood",
     "new_file_mode",
+    "noise_correlation",
     "read_any",
     "read_runs",
     "read_table",

@@ -94,6 +94,10 @@ class FitWindow(NamedTuple):
         The largest compute in each run's likelihood (the default prior median of ``C_mid``).
     n_eval : ndarray, shape (run, point), optional
         Graded generations behind each point (the ``n_eval`` column; NaN without it).
+    rho : ndarray, shape (run,), optional
+        The fixed AR(1) correlation of each run's errors (``Priors(likelihood="ar1",
+        rho=...)``): data of the sampler's program, not part of it, so that fits with other
+        values reuse one compiled program.
     """
 
     compute: np.ndarray
@@ -102,6 +106,7 @@ class FitWindow(NamedTuple):
     R0: np.ndarray
     c_ref: np.ndarray
     n_eval: np.ndarray | None = None
+    rho: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

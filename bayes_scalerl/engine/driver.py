@@ -127,7 +127,8 @@ class ChunkJob(NamedTuple):
 def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     """A :class:`~bayes_scalerl.data.runs.FitWindow`'s arrays, points padded to a multiple of 8.
 
-    ``n_eval=True`` adds the ``n_eval`` column (needed by the binomial likelihood).
+    ``n_eval=True`` adds the ``n_eval`` column (needed by the binomial likelihood); a
+    window with a fixed AR(1) correlation adds ``rho`` (one per run).
     """
     n_points = window.reward.shape[1]
     width = max(8, 8 * math.ceil(n_points / 8))
@@ -147,6 +148,8 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
         "R0": np.asarray(window.R0, dtype=np.float64),
         "c_ref": np.asarray(window.c_ref, dtype=np.float64),
     }
+    if getattr(window, "rho", None) is not None:
+        out["rho"] = np.asarray(window.rho, dtype=np.float64)
     if n_eval:
         if window.n_eval is None or np.isnan(window.n_eval[window.mask]).any():
             raise ValueError("the binomial likelihood needs an n_eval column (graded generations per point)")

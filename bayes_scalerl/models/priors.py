@@ -68,6 +68,12 @@ class Priors:
         puts mass near ``rho = 1``, where a near-random walk of large stationary sd
         mimics any curve: measured, it made the posterior of ``A`` and the bands far
         too wide (90% bands covering 97% of held-out points).
+    rho : float, "auto" or None
+        With ``likelihood="ar1"``: ``None`` (default) samples each run's correlation
+        with the prior above; a number in ``(-1, 1)`` fixes it for every run (a point-mass
+        prior: one coordinate fewer for NUTS, and no ``rho`` in the posterior);
+        ``"auto"`` fixes it at :func:`~bayes_scalerl.noise_correlation` of the fitted
+        runs, estimated from the data before the fit.
     """
 
     A_loc: float | None = None
@@ -81,6 +87,7 @@ class Priors:
     likelihood: str = "gaussian"
     nu: float = 4.0
     rho_scale: float = 0.75
+    rho: float | str | None = None
 
     def __post_init__(self) -> None:
         if self.likelihood not in LIKELIHOODS:
@@ -88,6 +95,17 @@ class Priors:
                 f"Priors: likelihood must be one of {', '.join(map(repr, LIKELIHOODS))}, "
                 f"got {self.likelihood!r}."
             )
+        if self.rho is not None:
+            if self.likelihood != "ar1":
+                raise ValueError(f"Priors: rho={self.rho!r} needs likelihood='ar1', got {self.likelihood!r}.")
+            if self.rho != "auto":
+                try:
+                    ok = -1.0 < float(self.rho) < 1.0
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    raise ValueError(f"Priors: rho must be 'auto' or a number in (-1, 1), got {self.rho!r}.")
+                object.__setattr__(self, "rho", float(self.rho))
         if (self.A_loc is None) != (self.A_scale is None):
             raise ValueError("Priors: give both A_loc and A_scale, or neither (uniform A).")
         checks = {
@@ -103,6 +121,11 @@ class Priors:
         for name, value in checks.items():
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"Priors: {name} must be a positive finite number, got {value!r}.")
+
+    @property
+    def rho_sampled(self) -> bool:
+        """Whether each run's AR(1) correlation is a sampled parameter."""
+        return self.likelihood == "ar1" and self.rho is None
 
     @property
     def A_uniform(self) -> bool:

@@ -127,6 +127,8 @@ class RunData(NamedTuple):
         headroom above the anchor's rise that the observed rise at the end of the
         window takes up, taking the anchor's rise as half of it, with the observed gain
         fraction clipped to [0.02, 0.9].
+    rho : array, shape ()
+        The fixed AR(1) correlation of the run's errors (``Priors.rho`` set; else 0).
     """
 
     log_c: jax.Array
@@ -138,6 +140,7 @@ class RunData(NamedTuple):
     log_c_anchor: jax.Array
     bvar: jax.Array
     q_ref: jax.Array
+    rho: jax.Array
 
 
 class Constrained(NamedTuple):
@@ -170,10 +173,11 @@ def binomial_variance(reward, n_eval):
     return p * (1.0 - p) / n_eval
 
 
-def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None) -> RunData:
+def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None) -> RunData:
     """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
 
-    ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only.
+    ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only;
+    ``rho`` (same shape as ``R0``) by the AR(1) likelihood with a fixed correlation only.
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
@@ -193,6 +197,12 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None)
     else:
         bvar = jnp.zeros_like(y)
     R0 = jnp.asarray(R0, dtype=jnp.float64)
+    if priors.likelihood == "ar1" and not priors.rho_sampled:
+        if rho is None:
+            raise ValueError("the AR(1) likelihood with a fixed rho needs each run's rho (FitWindow.rho)")
+        rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), R0.shape)
+    else:
+        rho = jnp.zeros_like(R0)
     anchor, end = _anchor(log_c, y, R0, mask_, lo, hi)
     # the observed share of the headroom gained by the end of the window: the gain
     # coordinate is centred where the gain equals the observed rise
@@ -207,6 +217,7 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None)
         log_c_anchor=anchor,
         bvar=bvar,
         q_ref=jnp.log(0.5 * f_end) - jnp.log1p(-f_end),
+        rho=rho,
     )
 
 
@@ -252,7 +263,7 @@ def z_index(priors: Priors) -> dict[str, int]:
     idx, i = {}, 4
     for name, on in (
         ("R0", priors.R0_fitted),
-        ("rho", priors.likelihood == "ar1"),
+        ("rho", priors.rho_sampled),
         ("lam", priors.likelihood == "student_t"),
     ):
         if on:
@@ -284,7 +295,10 @@ def constrain(z: jax.Array, data: RunData, priors: Priors) -> Constrained:
         R0 = jax.nn.sigmoid(z[..., idx["R0"]])
     else:
         R0 = jnp.broadcast_to(data.R0, log_B.shape)
-    rho = jnp.tanh(z[..., idx["rho"]]) if "rho" in idx else jnp.zeros_like(log_B)
+    if "rho" in idx:
+        rho = jnp.tanh(z[..., idx["rho"]])
+    else:  # fixed (data.rho) or no AR(1) term (data.rho is 0)
+        rho = jnp.broadcast_to(data.rho, log_B.shape)
     # g = upper (1 - sigmoid(-p) sigmoid(-q)), so log g is stable where both are small
     log_rest = jax.nn.log_sigmoid(-p) + jax.nn.log_sigmoid(-q)
     log_gain = jnp.log1p(-R0) + jnp.log(-jnp.expm1(log_rest))
@@ -502,14 +516,22 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     ``benchmarks/bench_core.py`` (4 chains x 500 draws), ``sigma``'s folded ESS (1st
     percentile to median over runs) went from 860-1,130 to 1,620-1,960, and the runs whose
     ``sigma`` had R-hat > 1.01 (from the folded R-hat, which compares the chains' spreads)
-    from 0.4% to none. Other likelihoods return NUTS's own ``sigma``.
+    from 0.4% to none. With the AR(1) likelihood the same holds for the whitened residuals
+    (given ``rho``, ``e_t - rho e_(t-1)`` over ``sqrt(1 - rho^2)`` are independent
+    Normal(0, ``sigma``)). Other likelihoods return NUTS's own ``sigma``.
     """
     p = constrain(z, data, priors)
-    if priors.likelihood != "gaussian":
+    if priors.likelihood not in ("gaussian", "ar1"):
         return p.sigma
     frac = point_fractions(p.log_B[..., None], p.log_C_mid[..., None], data)
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
+    if priors.likelihood == "ar1":
+        # whitened: e_t - rho e_(t-1) has sd sigma sqrt(1 - rho^2) after a fitted point
+        rho = p.rho[..., None]
+        prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
+        r_prev = jnp.concatenate([jnp.zeros_like(resid[..., :1]), resid[..., :-1]], axis=-1)
+        resid = jnp.where(prev, (resid - rho * r_prev) * jax.lax.rsqrt(1.0 - rho * rho), resid)
     rss = jnp.sum(m * resid * resid, axis=-1)
     n = jnp.sum(m)
     k_prop, k_acc = jax.random.split(key)

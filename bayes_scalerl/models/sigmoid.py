@@ -46,7 +46,7 @@ class SigmoidModel:
         names = ("A", "B", "C_mid", "sigma")
         if self.priors.R0_fitted:
             names += ("R0",)
-        if self.priors.likelihood == "ar1":
+        if self.priors.rho_sampled:
             names += ("rho",)
         return names
 
@@ -66,6 +66,7 @@ class SigmoidModel:
             inputs["c_ref"],
             self.priors,
             inputs.get("n_eval"),
+            inputs.get("rho"),
         )
 
     def n_dim(self, n_points: int) -> int:
@@ -97,7 +98,7 @@ class SigmoidModel:
             return student_t.logpdf(y, self.priors.nu, loc=mu, scale=sigma)
         var = sigma**2 + data.bvar  # bvar is 0 unless binomial
         if lik == "ar1":
-            rho = params["rho"]
+            rho = params["rho"] if "rho" in params else data.rho
             prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
             e_prev = jnp.concatenate([jnp.zeros((1,)), (y - mu)[:-1]])
             mu = jnp.where(prev, mu + rho * e_prev, mu)

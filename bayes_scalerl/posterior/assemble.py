@@ -72,6 +72,9 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
         return np.take_along_axis(a, take, axis=1)
 
     mask = np.arange(width)[None, :] < n_fit[:, None]
+    priors = json.loads(dt.attrs.get("bayes_scalerl_settings", "{}")).get("priors") or {}
+    rho = priors.get("rho")
+    fixed = priors.get("likelihood") == "ar1" and rho is not None
     return FitWindow(
         gather(compute),
         gather(reward),
@@ -79,6 +82,7 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
         np.asarray(cd["R0_obs"].values, float),
         np.asarray(cd["C_ref"].values, float),
         gather(n_eval),
+        np.full(compute.shape[0], float(rho)) if fixed else None,
     )
 
 

@@ -157,6 +157,8 @@ def calibrate(
         iw = inner_runs.window(
             min_compute=min_compute, R0_fitted=priors.R0_fitted, pad_points=window.reward.shape[1]
         )
+        if window.rho is not None:  # the main fit's fixed AR(1) correlation, run by run
+            iw = iw._replace(rho=np.asarray(window.rho)[rows])
         key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
         # the refit's draws only: its sampler statistics would double the memory
         draws = sample_window(key, iw, model, config, keep=tuple(model.var_names), **sample_kwargs)

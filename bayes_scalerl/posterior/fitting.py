@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
+from ..data.noise import noise_correlation_arrays
 from ..data.runs import DataError, Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime
 from ..engine.retry import Retry, sample_retrying
@@ -191,6 +193,13 @@ def fit(
         )
     window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
     model_obj = SigmoidModel(priors)
+    if priors.likelihood == "ar1" and not priors.rho_sampled:
+        # a fixed rho is data of the program (one compiled program for every value); the
+        # fit's priors record the value, "auto" resolved to the batch's estimate
+        rho = noise_correlation_arrays(window.reward, window.mask) if priors.rho == "auto" else priors.rho
+        window = window._replace(rho=np.full(window.R0.shape, float(rho)))
+        model_obj = SigmoidModel(dataclasses.replace(priors, rho="auto"))
+        priors = dataclasses.replace(priors, rho=float(rho))
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:

@@ -338,7 +338,10 @@ class FitResult:
         cd = self.dt["constant_data"]
         comp, fitted = cd["compute"].values[idx], cd["in_fit"].values[idx]
         y = self.dt["observed_data"]["reward"].values[idx]
-        rho = self.draws("rho", idx)[..., None]
+        if "rho" in self.dt["posterior"].data_vars:
+            rho = self.draws("rho", idx)[..., None]
+        else:  # fixed for every run (Priors.rho)
+            rho = float((self.settings.get("priors") or {})["rho"])
         last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)  # last fitted point per run
         rows = np.arange(len(idx))
         c_last, y_last = comp[rows, last], y[rows, last]

@@ -1,0 +1,117 @@
+"""How strongly neighbouring evaluations share their errors, estimated from the data alone.
+
+Real training curves are evaluated every few hundred steps, and neighbouring checkpoints
+share luck: their evaluation errors are correlated. A model that counts every evaluation
+as independent evidence is then too sure of the curve. :func:`noise_correlation` gives the
+AR(1) correlation ``rho`` of consecutive evaluations' errors, pooled over a batch of
+runs, before any fit, so that ``Priors(likelihood="ar1", rho="auto")`` can fix it for
+every run instead of sampling it (which converges poorly on short windows).
+
+The estimator is a variogram of second differences. For errors ``e`` with AR(1)
+correlation ``rho`` and a mean curve that is close to a straight line over five
+consecutive evaluations, the second differences at lag 1 and lag 2,
+
+    a_t = y_(t+1) - 2 y_t + y_(t-1),    b_t = y_(t+2) - 2 y_t + y_(t-2),
+
+have ``E b^2 / E a^2 = R(rho) = (1 + rho) (3 - rho^2) / (3 - rho)``: 1 for independent
+errors, rising to 2 as ``rho -> 1``. The batch's ratio of pooled mean squares is inverted
+for ``rho``. Differencing removes the curve's level and slope, so (unlike the
+autocorrelation of a fit's residuals, which the fit itself pulls towards 0) the estimate
+needs no fit. The curve's curvature is what remains: it adds 16 times as much to ``b^2``
+as to ``a^2``, so a curve that bends sharply within a few evaluations (relative to its
+noise) reads as correlated noise, the safe direction.
+
+Measured on the misspecification simulator (48 runs a batch, 12-48 evaluations a run;
+``rho`` 0.5-0.8 when correlated), the pooled estimate was 0.00-0.07 for independent and
+binomial noise on sigmoid, creep, wiggle, power-law and exponential curves, and
+0.62-0.98 for AR(1) noise (the inversion saturates near 1: ``R`` is flat there); curves
+that drift down sharply late read 0.15-0.30 with independent noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["noise_correlation", "noise_correlation_arrays", "variogram_ratio"]
+
+#: Fewest fitted evaluations a run needs to enter the estimate (two lag-2 differences).
+MIN_EVALUATIONS = 6
+#: The estimate is clipped to ``[0, RHO_MAX]`` (see :func:`noise_correlation_arrays`).
+RHO_MAX = 0.9
+
+
+def variogram_ratio(rho: np.ndarray | float) -> np.ndarray:
+    """``E b^2 / E a^2`` for AR(1) errors with correlation ``rho`` (see the module docstring)."""
+    rho = np.asarray(rho, float)
+    return (1.0 + rho) * (3.0 - rho**2) / (3.0 - rho)
+
+
+def noise_correlation_arrays(reward: np.ndarray, mask: np.ndarray) -> float:
+    """Pooled AR(1) correlation of the evaluations ``reward[i, mask[i]]`` of each run ``i``.
+
+    Parameters
+    ----------
+    reward : ndarray, shape (run, point)
+        Evaluations in order of compute.
+    mask : ndarray of bool, shape (run, point)
+        The evaluations to use (each run's fitted points; they are taken as consecutive).
+
+    Returns
+    -------
+    float
+        The estimate, clipped to ``[0, RHO_MAX]``: a negative estimate would make the
+        fit surer than independent errors do, the riskier error when the estimate is
+        itself uncertain; near 1 the ratio is too flat to tell values apart. 0 when no
+        run has :data:`MIN_EVALUATIONS` evaluations.
+
+    Notes
+    -----
+    Each run adds ``(n - 4)`` times its mean squares of ``a`` and of ``b`` to the pooled
+    sums (``n`` its evaluations), so runs weigh by their length and their noise variance.
+    """
+    reward = np.asarray(reward, float)
+    mask = np.asarray(mask, bool)
+    sum_a = sum_b = 0.0
+    for y, m in zip(reward, mask, strict=True):
+        y = y[m]
+        y = y[np.isfinite(y)]
+        if y.size < MIN_EVALUATIONS:
+            continue
+        a = y[2:] - 2.0 * y[1:-1] + y[:-2]
+        b = y[4:] - 2.0 * y[2:-2] + y[:-4]
+        weight = y.size - 4
+        sum_a += weight * np.mean(a * a)
+        sum_b += weight * np.mean(b * b)
+    if not sum_a > 0:
+        return 0.0
+    ratio = sum_b / sum_a
+    grid = np.linspace(0.0, RHO_MAX, 901)
+    return float(np.interp(ratio, variogram_ratio(grid), grid))  # clipped at both ends
+
+
+def noise_correlation(runs, *, min_compute: float | None = None, fit_until: float | None = None) -> float:
+    """Pooled AR(1) correlation of consecutive evaluations' errors in a batch of runs.
+
+    Parameters
+    ----------
+    runs : Runs or pandas.DataFrame
+        The runs (``run, compute, reward`` columns at least).
+    min_compute, fit_until : float, optional
+        Use only the evaluations a fit with these settings would fit.
+
+    Returns
+    -------
+    float
+        See :func:`noise_correlation_arrays` and the module docstring.
+
+    Examples
+    --------
+    >>> import bayes_scalerl as bs
+    >>> rho = bs.noise_correlation(bs.demo_runs())  # doctest: +SKIP
+    """
+    from .runs import Runs
+
+    if not isinstance(runs, Runs):
+        runs = Runs.from_frame(runs)
+    window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=False)
+    return noise_correlation_arrays(window.reward, window.mask)

@@ -1,0 +1,171 @@
+"""AR(1) noise with a fixed correlation: the estimator, the density, sigma's refresh and a fit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import QUICK
+from scipy import stats
+
+import bayes_scalerl as bs
+from bayes_scalerl.data.noise import RHO_MAX, noise_correlation_arrays, variogram_ratio
+from bayes_scalerl.models.scalerl import constrain, log_density, make_run_data, n_dim, refresh_sigma, z_index
+
+pytestmark = pytest.mark.usefixtures("float64")
+
+
+def _ar1_noise(rng, n_runs, n_points, rho, sd=0.01):
+    e = rng.standard_normal((n_runs, n_points)) * sd
+    for j in range(1, n_points):
+        e[:, j] = rho * e[:, j - 1] + np.sqrt(1 - rho**2) * e[:, j]
+    return e
+
+
+def test_variogram_ratio_runs_from_1_to_2():
+    assert variogram_ratio(0.0) == pytest.approx(1.0)
+    assert variogram_ratio(0.999999) == pytest.approx(2.0, abs=1e-5)
+    assert np.all(np.diff(variogram_ratio(np.linspace(-0.9, 0.99, 200))) > 0)
+    # against the ratio computed from the AR(1) autocovariance directly
+    rho = 0.6
+    g = lambda k: rho ** abs(k)  # noqa: E731
+    a = np.array([1.0, -2.0, 1.0])
+    va = sum(a[i] * a[j] * g(i - j) for i in range(3) for j in range(3))
+    vb = sum(a[i] * a[j] * g(2 * (i - j)) for i in range(3) for j in range(3))
+    assert variogram_ratio(rho) == pytest.approx(vb / va)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6])
+def test_estimator_recovers_the_correlation(rho):
+    rng = np.random.default_rng(11)
+    y = 0.3 + _ar1_noise(rng, 400, 40, rho)
+    est = noise_correlation_arrays(y, np.ones_like(y, bool))
+    # measured over 100 seeds with 40 runs x 40 points, the sd was 0.03, 0.06 and 0.10 at
+    # rho = 0, 0.3, 0.6; with 400 runs about a third of that. 0.1 is over three sds.
+    assert est == pytest.approx(rho, abs=0.1)
+
+
+def test_a_bending_curve_reads_as_more_correlation_not_less():
+    # the curve's curvature adds to the lag-2 differences 16 times as much as to lag 1
+    rng = np.random.default_rng(12)
+    c = np.linspace(500.0, 20000.0, 40)
+    noise = _ar1_noise(rng, 400, 40, 0.3)
+    flat = noise_correlation_arrays(0.3 + noise, np.ones_like(noise, bool))
+    bent = noise_correlation_arrays(
+        bs.scalerl_curve(c, 0.6, 2.0, 6000.0, 0.2) + noise, np.ones_like(noise, bool)
+    )
+    assert bent > flat
+
+
+def test_estimator_uses_only_masked_points_and_long_enough_runs():
+    rng = np.random.default_rng(2)
+    y = 0.3 + _ar1_noise(rng, 30, 30, 0.7)
+    mask = np.ones_like(y, bool)
+    full = noise_correlation_arrays(y, mask)
+    # a run whose masked points were wild would move the estimate if it counted
+    y_bad = np.vstack([y, rng.uniform(0, 1, (1, 30))])
+    mask_bad = np.vstack([mask, np.r_[np.ones(5, bool), np.zeros(25, bool)][None]])  # 5 < 6 points
+    assert noise_correlation_arrays(y_bad, mask_bad) == full
+    assert noise_correlation_arrays(y[:, :5], mask[:, :5]) == 0.0  # nothing long enough
+    assert 0.0 <= noise_correlation_arrays(-y, mask) <= RHO_MAX
+
+
+def test_priors_validate_rho():
+    with pytest.raises(ValueError, match="needs likelihood='ar1'"):
+        bs.Priors(rho=0.5)
+    with pytest.raises(ValueError, match=r"\(-1, 1\)"):
+        bs.Priors(likelihood="ar1", rho=1.0)
+    with pytest.raises(ValueError, match="'auto' or a number"):
+        bs.Priors(likelihood="ar1", rho="high")
+    p = bs.Priors(likelihood="ar1", rho=0.5)
+    assert not p.rho_sampled and bs.Priors(likelihood="ar1").rho_sampled
+    assert "rho" not in z_index(p) and n_dim(p) == 4
+
+
+def test_fixed_rho_density_is_the_sampled_one_at_that_value():
+    C = np.linspace(1000.0, 8000.0, 15)
+    y = 0.25 + 0.35 / (1 + (3000.0 / C) ** 1.8) + 0.01 * np.random.default_rng(0).standard_normal(C.size)
+    fixed, free = bs.Priors(likelihood="ar1", rho=0.6), bs.Priors(likelihood="ar1")
+    d_fixed = make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, fixed, rho=0.6)
+    d_free = make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, free)
+    u = np.arctanh(0.6)
+    prior_u = -0.5 * (u / free.rho_scale) ** 2  # the sampled rho's prior term, a constant here
+    for z in ([0.1, -0.3, 0.2, 0.4], [0.5, 0.2, -0.4, -1.0]):
+        zf = jnp.asarray(z)
+        got = float(log_density(zf, d_fixed, fixed))
+        want = float(log_density(jnp.append(zf, u), d_free, free)) - prior_u
+        assert got == pytest.approx(want, rel=1e-12)
+        assert float(constrain(zf, d_fixed, fixed).rho) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="needs each run's rho"):
+        make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, fixed)
+
+
+def test_sigma_refresh_leaves_the_whitened_conditional_invariant():
+    # as test_model's test for independent noise, with the AR(1) likelihood at rho = 0.6
+    priors = bs.Priors(likelihood="ar1", rho=0.6, sigma_scale=0.08)
+    c = np.linspace(1500, 16000, 30)
+    y = 0.2 + 0.4 / (1 + (8000 / c) ** 1.5) + _ar1_noise(np.random.default_rng(0), 1, 30, 0.6, 0.015)[0]
+    d = make_run_data(c, y, np.ones(30, bool), 0.2, 16000.0, priors, rho=0.6)
+    z = jnp.array([0.1, -0.3, 0.0, 0.2])
+    p = constrain(z, d, priors)
+    e = y - 0.2 - float(p.gain) / (1 + (float(p.C_mid) / c) ** float(p.B))
+    w = np.r_[e[0], (e[1:] - 0.6 * e[:-1]) / np.sqrt(1 - 0.36)]
+    rss = np.sum(w**2)
+    grid = np.linspace(1e-4, 0.2, 200001)
+    logp = -len(c) * np.log(grid) - 0.5 * rss / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
+    cdf = np.cumsum(np.exp(logp - logp.max()))
+    cdf /= cdf[-1]
+    n = 20000
+    start = np.interp(np.random.default_rng(3).uniform(size=n), cdf, grid)
+    zs = np.tile(np.asarray(z), (n, 1))
+    zs[:, 2] = np.log(start / priors.sigma_scale)
+    new = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, priors))
+    assert np.mean(new != start) > 0.5  # it moves
+    # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct step
+    assert stats.kstest(new, lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
+    # the unwhitened residuals give another conditional, which the same test tells apart
+    rss_iid = np.sum(e**2)
+    logq = -len(c) * np.log(grid) - 0.5 * rss_iid / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
+    cdf_iid = np.cumsum(np.exp(logq - logq.max()))
+    cdf_iid /= cdf_iid[-1]
+    assert stats.kstest(new, lambda x: np.interp(x, grid, cdf_iid)).pvalue < 1e-3
+
+
+def test_fit_with_rho_auto_records_the_estimate_and_predicts():
+    rng = np.random.default_rng(3)
+    truth = bs.random_truth(rng, 4, C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 16001, 400.0), rng, ar1=0.7)
+    runs = bs.Runs.from_frame(df)
+    res = bs.fit(runs, priors=bs.Priors(likelihood="ar1", rho="auto"), fit_until=8000, seed=0, **QUICK)
+    rho = res.settings["priors"]["rho"]
+    window = runs.window(fit_until=8000)
+    assert rho == noise_correlation_arrays(window.reward, window.mask)  # the fitted points' estimate
+    assert 0.3 < rho <= RHO_MAX  # 4 runs x 19 points of rho = 0.7 noise
+    assert "rho" not in res.var_names and "rho" not in res.dt["posterior"].data_vars
+    obs = res.predict_draws([8400.0, 16000.0], kind="observation")
+    assert np.isfinite(obs).all()
+    loglik = res.log_likelihood()["reward"].values
+    assert np.isfinite(loglik[..., res.dt["constant_data"]["in_fit"].values]).all()
+    with pytest.raises(ValueError, match="Gaussian likelihood only"):
+        bs.fit(
+            runs.table.assign(recipe=runs.table["run"].str[-1]),
+            model="hierarchical",
+            priors=bs.Priors(likelihood="ar1", rho="auto"),
+        )
+
+
+def test_fits_with_other_fixed_rhos_reuse_one_program(keep_programs):
+    from bayes_scalerl import engine
+
+    rng = np.random.default_rng(4)
+    truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 8001, 400.0), rng, ar1=0.5)
+    kw = dict(discrepancy=False, seed=0, **QUICK)
+    first = bs.fit(df, priors=bs.Priors(likelihood="ar1", rho=0.3), **kw)
+    before = engine.trace_count()
+    second = bs.fit(df, priors=bs.Priors(likelihood="ar1", rho=0.6), **kw)
+    assert engine.trace_count() == before  # rho is data of the program, not part of it
+    assert first.settings["priors"]["rho"] == 0.3 and second.settings["priors"]["rho"] == 0.6
+    # and it is used: a stronger correlation leaves less evidence, so a wider posterior of A
+    assert np.std(second.draws("A")) > np.std(first.draws("A"))
