@@ -84,6 +84,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     t = runs.groupby(groups, observed=False)[cols].mean()
     t.insert(0, "runs", runs.groupby(groups, observed=False).size())
     t.index = [f"{iv.left:g}-{iv.right:g}" for iv in t.index]
+    t = t.astype(float)
     t.loc["all"] = [len(runs), *runs[cols].mean()]
     return t[t["runs"] > 0]
 
