@@ -67,3 +67,31 @@ def demo_fit():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+def sigma_conditional_cdf(n: int, rss: float, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The CDF, on a grid, of ``sigma^-n exp(-rss / (2 sigma^2))`` times HalfNormal(``scale``).
+
+    That is ``sigma``'s conditional given the rest (``rss`` of the whitened residuals).
+    """
+    grid = np.linspace(1e-4, 0.2, 200001)
+    logp = -n * np.log(grid) - 0.5 * rss / grid**2 - 0.5 * (grid / scale) ** 2
+    cdf = np.cumsum(np.exp(logp - logp.max()))
+    return grid, cdf / cdf[-1]
+
+
+def refresh_exact_draws(z, d, priors, grid: np.ndarray, cdf: np.ndarray, n: int = 20000):
+    """``n`` exact draws of ``sigma`` from ``(grid, cdf)`` put into ``z``, and one refresh of each.
+
+    Returns ``(start, new)``: a refresh that leaves the conditional invariant keeps ``new``
+    distributed as ``start``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from bayes_scalerl.models.scalerl import refresh_sigma
+
+    start = np.interp(np.random.default_rng(3).uniform(size=n), cdf, grid)
+    zs = np.tile(np.asarray(z), (n, 1))
+    zs[:, 2] = np.log(start / priors.sigma_scale)
+    return start, np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, priors))

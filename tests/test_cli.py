@@ -63,6 +63,22 @@ def test_fit_stores_the_log_likelihood_when_asked(tmp_path):
     np.testing.assert_array_equal(bare.log_likelihood()["reward"].values, ll)
 
 
+def test_fit_with_ar1_rho_auto_saves_the_estimate_and_reloads(tmp_path, capsys):
+    df = bs.demo_runs().query("recipe in ['ScaleRL', 'LOO-dapo']")
+    df.to_csv(tmp_path / "runs.csv", index=False)
+    args = ["fit", str(tmp_path / "runs.csv"), "--discrepancy", "none", "--log-likelihood", *SMALL]
+    args += ["--likelihood", "ar1", "--rho", "auto", "--out", str(tmp_path / "fit")]
+    assert main(args) == 0
+    res = bs.FitResult.load(tmp_path / "fit" / "posterior.nc")
+    rho = res.settings["priors"]["rho"]
+    assert rho == pytest.approx(bs.noise_correlation(df), abs=1e-12)  # every point of the runs is fitted
+    assert f"rho fixed at {rho:.3f}" in capsys.readouterr().out
+    # the saved fit rebuilds its likelihood from the file: the fixed rho travels in its settings
+    ll = res.dt["log_likelihood"]["reward"].values
+    bare = bs.FitResult(res.dt.drop_nodes("log_likelihood"))
+    np.testing.assert_allclose(bare.log_likelihood()["reward"].values, ll, rtol=1e-12)
+
+
 def test_console_lists_at_most_twenty_runs_by_name():
     from bayes_scalerl.cli.commands import MAX_LISTED, _listing
 

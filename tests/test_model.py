@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import refresh_exact_draws, sigma_conditional_cdf
 from scipy import integrate, stats
 
 from bayes_scalerl.models.priors import Priors
@@ -11,7 +12,6 @@ from bayes_scalerl.models.scalerl import (
     constrain,
     gain_conditional,
     make_run_data,
-    refresh_sigma,
     truncnorm_draw,
 )
 
@@ -87,20 +87,12 @@ def test_sigma_refresh_leaves_its_conditional_invariant():
     p = constrain(z, d, priors)
     frac = 1 / (1 + (float(p.C_mid) / c) ** float(p.B))
     rss = np.sum((y - 0.2 - float(p.gain) * frac) ** 2)
-    grid = np.linspace(1e-4, 0.2, 200001)
-    logp = -len(c) * np.log(grid) - 0.5 * rss / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
-    cdf = np.cumsum(np.exp(logp - logp.max()))
-    cdf /= cdf[-1]
-    n = 20000
-    start = np.interp(np.random.default_rng(3).uniform(size=n), cdf, grid)
-    zs = np.tile(np.asarray(z), (n, 1))
-    zs[:, 2] = np.log(start / priors.sigma_scale)
-    new = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, priors))
+    grid, cdf = sigma_conditional_cdf(len(c), rss, priors.sigma_scale)
+    start, new = refresh_exact_draws(z, d, priors, grid, cdf)
     assert 0.5 < np.mean(new != start) < 0.95  # it moves, and refuses some proposals
     # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct step
     assert stats.kstest(new, lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
     # and a step that ignored the prior (always accepting) would fail the same test
     flat = Priors(sigma_scale=1e6)
-    zs[:, 2] = np.log(start / flat.sigma_scale)
-    always = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, flat))
+    _, always = refresh_exact_draws(z, d, flat, grid, cdf)  # the same exact draws, another prior
     assert stats.kstest(always, lambda x: np.interp(x, grid, cdf)).pvalue < 1e-3

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import QUICK
+from conftest import QUICK, refresh_exact_draws, sigma_conditional_cdf
 from scipy import stats
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.noise import RHO_MAX, noise_correlation_arrays, variogram_ratio
-from bayes_scalerl.models.scalerl import constrain, log_density, make_run_data, n_dim, refresh_sigma, z_index
+from bayes_scalerl.models.scalerl import constrain, log_density, make_run_data, n_dim, z_index
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -111,24 +110,13 @@ def test_sigma_refresh_leaves_the_whitened_conditional_invariant():
     p = constrain(z, d, priors)
     e = y - 0.2 - float(p.gain) / (1 + (float(p.C_mid) / c) ** float(p.B))
     w = np.r_[e[0], (e[1:] - 0.6 * e[:-1]) / np.sqrt(1 - 0.36)]
-    rss = np.sum(w**2)
-    grid = np.linspace(1e-4, 0.2, 200001)
-    logp = -len(c) * np.log(grid) - 0.5 * rss / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
-    cdf = np.cumsum(np.exp(logp - logp.max()))
-    cdf /= cdf[-1]
-    n = 20000
-    start = np.interp(np.random.default_rng(3).uniform(size=n), cdf, grid)
-    zs = np.tile(np.asarray(z), (n, 1))
-    zs[:, 2] = np.log(start / priors.sigma_scale)
-    new = np.asarray(refresh_sigma(jax.random.key(4), jnp.asarray(zs), d, priors))
+    grid, cdf = sigma_conditional_cdf(len(c), np.sum(w**2), priors.sigma_scale)
+    start, new = refresh_exact_draws(z, d, priors, grid, cdf)
     assert np.mean(new != start) > 0.5  # it moves
     # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct step
     assert stats.kstest(new, lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
     # the unwhitened residuals give another conditional, which the same test tells apart
-    rss_iid = np.sum(e**2)
-    logq = -len(c) * np.log(grid) - 0.5 * rss_iid / grid**2 - 0.5 * (grid / priors.sigma_scale) ** 2
-    cdf_iid = np.cumsum(np.exp(logq - logq.max()))
-    cdf_iid /= cdf_iid[-1]
+    _, cdf_iid = sigma_conditional_cdf(len(c), np.sum(e**2), priors.sigma_scale)
     assert stats.kstest(new, lambda x: np.interp(x, grid, cdf_iid)).pvalue < 1e-3
 
 

@@ -122,13 +122,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         default="gaussian",
         help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
     )
-    p.add_argument(
-        "--rho",
-        default=None,
-        help="with --likelihood ar1: fix the AR(1) correlation of neighbouring evaluations for every "
-        "run, at a number in (-1, 1) or at 'auto' (the batch's estimate from the data, "
-        "bs.noise_correlation); by default each run's is sampled",
-    )
+    _add_rho_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -213,13 +207,8 @@ def _add_sampler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 
 
-def _add_refit_options(p: argparse.ArgumentParser) -> None:
-    """Model and sampler options of the commands that refit (backtest, identify)."""
-    p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
-    _add_sampler_options(p)
-    p.add_argument(
-        "--likelihood", choices=LIKELIHOODS, default="gaussian", help="noise model (default gaussian)"
-    )
+def _add_rho_option(p: argparse.ArgumentParser) -> None:
+    """``--rho``: a fixed AR(1) correlation (checked in :func:`_check_args`)."""
     p.add_argument(
         "--rho",
         default=None,
@@ -227,6 +216,16 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
         "run, at a number in (-1, 1) or at 'auto' (the batch's estimate from the data, "
         "bs.noise_correlation); by default each run's is sampled",
     )
+
+
+def _add_refit_options(p: argparse.ArgumentParser) -> None:
+    """Model and sampler options of the commands that refit (backtest, identify)."""
+    p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
+    _add_sampler_options(p)
+    p.add_argument(
+        "--likelihood", choices=LIKELIHOODS, default="gaussian", help="noise model (default gaussian)"
+    )
+    _add_rho_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -566,6 +565,10 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     bad = diag.loc[~diag["converged"], "run"].tolist()
     a = summary[summary["param"] == "A"]
     print(f"fitted {len(diag)} run(s) in {took:.1f} s; outputs in {args.out}/")
+    fixed_rho = (result.settings.get("priors") or {}).get("rho")
+    if fixed_rho is not None:
+        how = "the batch's estimate from the data" if getattr(args, "rho", None) == "auto" else "as given"
+        print(f"AR(1) noise with rho fixed at {fixed_rho:.3f} for every run ({how})")
     for _, row in a.head(MAX_LISTED).iterrows():
         print(f"  {row['run']}: A = {row['q50']:.3f} [90%: {row['q05']:.3f}, {row['q95']:.3f}]")
     if len(a) > MAX_LISTED:
