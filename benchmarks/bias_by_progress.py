@@ -44,7 +44,9 @@ def per_run(family: str, noise: str, n_runs: int, horizon: float, seed: int) -> 
     params = misspec.draw_params(rng, family, n_runs, prefix=f"{family}/{noise}")
     df = misspec.simulate(params, noise, rng)
     cols = ["run", "compute", "reward"] + (["n_eval"] if "n_eval" in df.columns else [])
-    bt = bs.backtest(bs.Runs.from_frame(df[cols]), fraction=1.0 / horizon, seed=seed, bootstrap=0)
+    bt = bs.backtest(
+        bs.Runs.from_frame(df[cols]), fraction=1.0 / horizon, seed=seed, bootstrap=0, baseline=False
+    )
     pts = bt.points[bt.points["method"] == "bayes"].merge(df[["run", "compute", "mu"]], on=["run", "compute"])
     pts = pts.assign(err=pts["median"] - pts["mu"])
     out = pts.groupby("run").agg(

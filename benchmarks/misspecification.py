@@ -71,9 +71,14 @@ __all__ = [
 #: Bayesian methods: name -> keyword arguments of ``bs.fit`` (through ``bs.backtest``'s
 #: ``fit_kwargs``). Add new predictive models here (or with ``--method NAME=JSON``).
 METHODS: dict[str, dict[str, Any]] = {
-    "calibrated": {"priors": bs.Priors()},  # the default: Gaussian noise + calibrated discrepancy
-    "gaussian": {"priors": bs.Priors(), "discrepancy": False},  # version 0.1's exact sigmoid
-    "ar1": {"priors": bs.Priors(likelihood="ar1"), "discrepancy": False},
+    # the default: AR(1) noise at the batch's correlation + calibrated discrepancy
+    "calibrated": {"priors": bs.Priors()},
+    # the default until 0.2: independent Gaussian noise + calibrated discrepancy
+    "calibrated_gaussian": {"priors": bs.Priors(likelihood="gaussian")},
+    # version 0.1's exact sigmoid with independent Gaussian noise
+    "gaussian": {"priors": bs.Priors(likelihood="gaussian"), "discrepancy": False},
+    # AR(1) with each run's correlation sampled, exact sigmoid
+    "ar1": {"priors": bs.Priors(likelihood="ar1", rho=None), "discrepancy": False},
     "student_t": {"priors": bs.Priors(likelihood="student_t"), "discrepancy": False},
 }
 #: Baselines computed by ``bs.backtest`` beside a Bayesian fit: name -> its method label there.
@@ -386,6 +391,7 @@ def run_benchmark(
                     fit_kwargs={**sampler, **kw},
                     bootstrap=bootstrap if "ls_boot" in baselines and with_baselines else 0,
                     seed=seed,
+                    baseline=False,  # version 0.1's model is the method "gaussian" here
                 )
                 n_scored += int(bt.runs["scored"].sum())
                 n_skipped += int((~bt.runs["scored"]).sum())

@@ -61,6 +61,12 @@ def main(argv=None) -> None:
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},
         "ar1-auto": {"priors": bs.Priors(likelihood="ar1", rho="auto")},
         "ar1-auto-no-retry": {"priors": bs.Priors(likelihood="ar1", rho="auto"), "retry": False},
+        "ar1-auto-ta09": {"priors": bs.Priors(likelihood="ar1", rho="auto"), "target_accept": 0.9},
+        "ar1-auto-ta09-no-retry": {
+            "priors": bs.Priors(likelihood="ar1", rho="auto"),
+            "target_accept": 0.9,
+            "retry": False,
+        },
     }
     rows = []
     warmed: set = set()

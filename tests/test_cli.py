@@ -308,8 +308,15 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
         (["identify", "x.csv", "--out", "o", "--fractions", "0.5,2"], ["--fractions", "(0, 1]"]),
         (["identify", "x.csv", "--out", "o", "--n-future", "-1"], ["--n-future", "non-negative"]),
         (["compare", "f", "--params", "A,reward"], ["--params reward needs --budget"]),
-        (["demo", "--model", "hierarchical", "--likelihood", "student_t"], ["Gaussian likelihood only"]),
-        (["fit", "x.csv", "--out", "o", "--rho", "0.5"], ["--rho", "needs --likelihood ar1"]),
+        (
+            ["demo", "--model", "hierarchical", "--likelihood", "student_t"],
+            ["hierarchical", "--likelihood student_t"],
+        ),
+        (["demo", "--model", "hierarchical", "--rho", "sampled"], ["hierarchical", "--rho sampled"]),
+        (
+            ["fit", "x.csv", "--out", "o", "--likelihood", "gaussian", "--rho", "0.5"],
+            ["--rho", "needs --likelihood ar1"],
+        ),
         (
             ["backtest", "x.csv", "--out", "o", "--fraction", "0.5", "--likelihood", "ar1", "--rho", "1"],
             ["--rho", "(-1, 1)"],

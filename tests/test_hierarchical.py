@@ -134,7 +134,7 @@ def _task_study(seed: int, *, code_shift: float, noise_seed: int) -> bs.Runs:
     return bs.Runs.from_frame(pd.concat(frames))
 
 
-def _agree_with_the_joint_sampler(runs, seed, ref_seed):
+def _agree_with_the_joint_sampler(runs, seed, ref_seed, rho=None):
     """Posterior means and quantiles of the pooled sampler against the joint NumPyro sampler.
 
     The reference must have converged itself: NumPyro's joint NUTS leaves a chain stuck on
@@ -148,13 +148,24 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed):
 
     # 500 kept draws of 16 sweeps each (a small study's sweeps per draw): bulk ESS above 700;
     # the joint sampler has no discrepancy, so neither has this fit
+    priors = bs.Priors(likelihood="gaussian") if rho is None else bs.Priors(likelihood="ar1", rho=rho)
     res = bs.fit(
-        runs, min_compute=1500, model="hierarchical", seed=seed, warmup=500, samples=500, discrepancy=False
+        runs,
+        min_compute=1500,
+        model="hierarchical",
+        seed=seed,
+        warmup=500,
+        samples=500,
+        discrepancy=False,
+        priors=priors,
     )
+    window = runs.window(min_compute=1500)
+    if rho is not None:
+        window = window._replace(rho=np.full(window.R0.shape, rho))
     with runtime.x64():
         hd = sample_hierarchical(
             jax.random.key(ref_seed),
-            runs.window(min_compute=1500),
+            window,
             hierarchy_index(runs),
             HierPriors(),
             num_warmup=1000,
@@ -202,6 +213,14 @@ def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
 def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks():
     runs = _task_study(21, code_shift=-0.12, noise_seed=3)
     _agree_with_the_joint_sampler(runs, seed=6, ref_seed=2)
+
+
+def test_pooled_sampler_agrees_with_the_joint_sampler_with_ar1_errors():
+    """AR(1) errors at a fixed correlation: both samplers whiten the same way."""
+    rng = np.random.default_rng(31)
+    truth = random_recipes(rng, 4, 3, A=(0.50, 0.66), C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, GRID, rng, ar1=0.5, extra_columns=("recipe", "seed"))
+    _agree_with_the_joint_sampler(bs.Runs.from_frame(df), seed=1, ref_seed=1, rho=0.5)
 
 
 def test_pooling_lowers_the_error_of_each_runs_asymptote(study, hier_fit, indep_fit):

@@ -40,8 +40,12 @@ TOL = 0.02
 # (widths, contraction). Under the default calibrated discrepancy a batch of two runs
 # learns its discrepancy scale mostly from the prior, which widens ``far``'s A interval to
 # about 0.1 (measured: 0.106), past the 0.04 asserted below; what the default does is
-# checked on its own in test_default_discrepancy_widens_A_and_keeps_the_truth.
-SWEEP_FIT = dict(QUICK, samples=1000, discrepancy=False)
+# checked on its own in test_default_discrepancy_widens_A_and_keeps_the_truth. For the
+# same reason they use independent Gaussian noise, which these curves have: the default
+# AR(1) likelihood estimates the correlation from two runs, and the sharp bend of ``far``
+# over 14 geometrically spaced points reads as correlated noise (the estimator's safe
+# direction), which widened its interval (contraction 0.987 against the 0.99 below).
+SWEEP_FIT = dict(QUICK, samples=1000, discrepancy=False, priors=bs.Priors(likelihood="gaussian"))
 
 
 def _truth(name: str, C_mid: float) -> pd.DataFrame:

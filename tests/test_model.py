@@ -26,7 +26,9 @@ def _data(priors):
     return c, y, make_run_data(c, y, np.ones(30, bool), 0.2, 16000.0, priors)
 
 
-@pytest.mark.parametrize("priors", [Priors(), Priors(A_loc=0.6, A_scale=0.1)])
+@pytest.mark.parametrize(
+    "priors", [Priors(likelihood="gaussian"), Priors(likelihood="gaussian", A_loc=0.6, A_scale=0.1)]
+)
 @pytest.mark.parametrize(
     "B, C, s", [(1.5, 8000, 0.015), (0.8, 30000, 0.02), (3.0, 2000, 0.01), (1.0, 1e6, 0.015)]
 )
@@ -46,7 +48,7 @@ def test_marginal_likelihood_matches_quadrature(priors, B, C, s):
 
 def test_log_jacobian_matches_autodiff():
     # the density is over (B, log C_mid, g); NUTS samples (z0, z1, z3); z2 is log sigma
-    priors = Priors()
+    priors = Priors(likelihood="gaussian")
     _, _, d = _data(priors)
     points = [
         jnp.array([0.3, -0.7, -2.0, -0.4]),
@@ -81,7 +83,7 @@ def test_sigma_refresh_leaves_its_conditional_invariant():
     # start from exact draws of sigma's conditional given (B, C_mid, gain), computed on a
     # fine grid; one refresh must keep that distribution. At this z (a poor curve,
     # sigma about 0.08) a prior scale of 0.08 makes the accept step matter.
-    priors = Priors(sigma_scale=0.08)
+    priors = Priors(likelihood="gaussian", sigma_scale=0.08)
     c, y, d = _data(priors)
     z = jnp.array([0.1, -0.3, 0.0, 0.2])
     p = constrain(z, d, priors)
@@ -93,6 +95,6 @@ def test_sigma_refresh_leaves_its_conditional_invariant():
     # KS test at a fixed seed; p > 0.001 fails with probability 0.1% for a correct step
     assert stats.kstest(new, lambda x: np.interp(x, grid, cdf)).pvalue > 1e-3
     # and a step that ignored the prior (always accepting) would fail the same test
-    flat = Priors(sigma_scale=1e6)
+    flat = Priors(likelihood="gaussian", sigma_scale=1e6)
     _, always = refresh_exact_draws(z, d, flat, grid, cdf)  # the same exact draws, another prior
     assert stats.kstest(always, lambda x: np.interp(x, grid, cdf)).pvalue < 1e-3

@@ -41,7 +41,7 @@ def _brute_log_norm(y, s, R0, cov, upper):
 
 @pytest.mark.parametrize("rho", [0.0, 0.6, -0.4])
 def test_ar1_marginal_likelihood_equals_quadrature_with_the_full_covariance(rho):
-    pri = bs.Priors(likelihood="ar1")
+    pri = bs.Priors(likelihood="ar1", rho=None)
     d, y = _data(pri)
     lB, lC, sigma, R0 = np.log(1.8), np.log(3000.0), 0.012, 0.25
     got = gain_conditional(lB, lC, sigma, jnp.asarray(R0), d, pri, rho=jnp.asarray(rho))
@@ -114,7 +114,12 @@ def ar1_fit():
     truth = bs.random_truth(rng, 6, C_mid=(1500.0, 4000.0))
     df = bs.simulate_runs(truth, np.arange(0, 16001, 400.0), rng, ar1=0.7)
     return bs.fit(
-        df, min_compute=1000, priors=bs.Priors(likelihood="ar1"), seed=0, log_likelihood=True, **QUICK
+        df,
+        min_compute=1000,
+        priors=bs.Priors(likelihood="ar1", rho=None),
+        seed=0,
+        log_likelihood=True,
+        **QUICK,
     )
 
 

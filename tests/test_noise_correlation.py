@@ -72,20 +72,25 @@ def test_estimator_uses_only_masked_points_and_long_enough_runs():
 
 def test_priors_validate_rho():
     with pytest.raises(ValueError, match="needs likelihood='ar1'"):
-        bs.Priors(rho=0.5)
+        bs.Priors(likelihood="gaussian", rho=0.5)
     with pytest.raises(ValueError, match=r"\(-1, 1\)"):
         bs.Priors(likelihood="ar1", rho=1.0)
-    with pytest.raises(ValueError, match="'auto' or a number"):
+    with pytest.raises(ValueError, match="'auto', None or a number"):
         bs.Priors(likelihood="ar1", rho="high")
     p = bs.Priors(likelihood="ar1", rho=0.5)
-    assert not p.rho_sampled and bs.Priors(likelihood="ar1").rho_sampled
+    assert not p.rho_sampled and bs.Priors(likelihood="ar1", rho=None).rho_sampled
+    # the default: AR(1) at the batch's estimate; other likelihoods ignore "auto" and None
+    default = bs.Priors()
+    assert (default.likelihood, default.rho, default.rho_sampled) == ("ar1", "auto", False)
+    for rho in ("auto", None):
+        assert not bs.Priors(likelihood="gaussian", rho=rho).rho_sampled
     assert "rho" not in z_index(p) and n_dim(p) == 4
 
 
 def test_fixed_rho_density_is_the_sampled_one_at_that_value():
     C = np.linspace(1000.0, 8000.0, 15)
     y = 0.25 + 0.35 / (1 + (3000.0 / C) ** 1.8) + 0.01 * np.random.default_rng(0).standard_normal(C.size)
-    fixed, free = bs.Priors(likelihood="ar1", rho=0.6), bs.Priors(likelihood="ar1")
+    fixed, free = bs.Priors(likelihood="ar1", rho=0.6), bs.Priors(likelihood="ar1", rho=None)
     d_fixed = make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, fixed, rho=0.6)
     d_free = make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, free)
     u = np.arctanh(0.6)
@@ -96,8 +101,10 @@ def test_fixed_rho_density_is_the_sampled_one_at_that_value():
         want = float(log_density(jnp.append(zf, u), d_free, free)) - prior_u
         assert got == pytest.approx(want, rel=1e-12)
         assert float(constrain(zf, d_fixed, fixed).rho) == pytest.approx(0.6)
-    with pytest.raises(ValueError, match="needs each run's rho"):
-        make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, fixed)
+    # without a rho of the data: the priors' number, or with "auto" the estimate from these points
+    assert float(make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, fixed).rho) == 0.6
+    auto = make_run_data(C, y, np.ones(C.size, bool), 0.25, 8000.0, bs.Priors())
+    assert float(auto.rho) == noise_correlation_arrays(y[None], np.ones((1, C.size), bool))
 
 
 def test_sigma_refresh_leaves_the_whitened_conditional_invariant():
@@ -135,11 +142,11 @@ def test_fit_with_rho_auto_records_the_estimate_and_predicts():
     assert np.isfinite(obs).all()
     loglik = res.log_likelihood()["reward"].values
     assert np.isfinite(loglik[..., res.dt["constant_data"]["in_fit"].values]).all()
-    with pytest.raises(ValueError, match="Gaussian likelihood only"):
+    with pytest.raises(ValueError, match="hierarchical model has"):
         bs.fit(
             runs.table.assign(recipe=runs.table["run"].str[-1]),
             model="hierarchical",
-            priors=bs.Priors(likelihood="ar1", rho="auto"),
+            priors=bs.Priors(likelihood="ar1", rho=None),
         )
 
 

@@ -207,7 +207,7 @@ def test_local_executor_keeps_at_most_two_chunks_in_flight(data, float64):
 
     exe = engine.LocalExecutor(chunks_in_flight=2)
     seen = []
-    for job, out in exe.map(jobs(), SigmoidModel(bs.Priors()), _CONFIG, impl):
+    for job, out in exe.map(jobs(), SigmoidModel(bs.Priors(likelihood="gaussian")), _CONFIG, impl):
         assert len(made) - len(seen) <= 2
         seen.append(job.index)
         assert out["A"].shape == (4, 4, 20) and isinstance(out["A"], np.ndarray)

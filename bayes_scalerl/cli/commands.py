@@ -119,8 +119,10 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument(
         "--likelihood",
         choices=LIKELIHOODS,
-        default="gaussian",
-        help="noise model of an evaluation (binomial needs an n_eval column; default gaussian)",
+        default="ar1",
+        help="noise model of an evaluation (default ar1: neighbouring evaluations share noise, at one "
+        "correlation for the batch; gaussian: independent noise, version 0.1's default; binomial needs "
+        "an n_eval column)",
     )
     _add_rho_option(p)
     p.add_argument(
@@ -212,9 +214,9 @@ def _add_rho_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rho",
         default=None,
-        help="with --likelihood ar1: fix the AR(1) correlation of neighbouring evaluations for every "
-        "run, at a number in (-1, 1) or at 'auto' (the batch's estimate from the data, "
-        "bs.noise_correlation); by default each run's is sampled",
+        help="with --likelihood ar1: the AR(1) correlation of neighbouring evaluations, 'auto' "
+        "(default: the batch's estimate from the data, bs.noise_correlation, for every run), a number "
+        "in (-1, 1) for every run, or 'sampled' (each run's own, sampled; slower)",
     )
 
 
@@ -222,9 +224,7 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     """Model and sampler options of the commands that refit (backtest, identify)."""
     p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
     _add_sampler_options(p)
-    p.add_argument(
-        "--likelihood", choices=LIKELIHOODS, default="gaussian", help="noise model (default gaussian)"
-    )
+    p.add_argument("--likelihood", choices=LIKELIHOODS, default="ar1", help="noise model (default ar1)")
     _add_rho_option(p)
     p.add_argument(
         "--discrepancy",
@@ -401,7 +401,11 @@ def _priors(args):
     from ..models.priors import Priors
 
     rho = getattr(args, "rho", None)
-    if rho is not None and rho != "auto":
+    if rho is None:
+        rho = "auto"
+    elif rho == "sampled":
+        rho = None
+    elif rho != "auto":
         rho = float(rho)
     return Priors(likelihood=args.likelihood, rho=rho)
 
@@ -566,8 +570,12 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     a = summary[summary["param"] == "A"]
     print(f"fitted {len(diag)} run(s) in {took:.1f} s; outputs in {args.out}/")
     fixed_rho = (result.settings.get("priors") or {}).get("rho")
-    if fixed_rho is not None:
-        how = "the batch's estimate from the data" if getattr(args, "rho", None) == "auto" else "as given"
+    if args.likelihood == "ar1" and isinstance(fixed_rho, float):
+        how = (
+            "as given"
+            if getattr(args, "rho", None) not in (None, "auto")
+            else "the batch's estimate from the data"
+        )
         print(f"AR(1) noise with rho fixed at {fixed_rho:.3f} for every run ({how})")
     for _, row in a.head(MAX_LISTED).iterrows():
         print(f"  {row['run']}: A = {row['q50']:.3f} [90%: {row['q05']:.3f}, {row['q95']:.3f}]")
@@ -629,14 +637,19 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         if args.likelihood != "ar1":
             parser.error("argument --rho: needs --likelihood ar1")
         try:
-            ok = rho == "auto" or -1.0 < float(rho) < 1.0
+            ok = rho in ("auto", "sampled") or -1.0 < float(rho) < 1.0
         except ValueError:
             ok = False
         if not ok:
-            parser.error(f"argument --rho: 'auto' or a number in (-1, 1), got {rho!r}")
+            parser.error(f"argument --rho: 'auto', 'sampled' or a number in (-1, 1), got {rho!r}")
     if args.command in ("fit", "demo"):
-        if args.model == "hierarchical" and args.likelihood != "gaussian":
-            parser.error("--model hierarchical has a Gaussian likelihood only (--likelihood gaussian)")
+        if args.model == "hierarchical" and (
+            args.likelihood not in ("gaussian", "ar1") or (args.likelihood == "ar1" and rho == "sampled")
+        ):
+            parser.error(
+                "--model hierarchical has the ar1 likelihood with a fixed --rho (default) or gaussian, "
+                f"got --likelihood {args.likelihood}" + (" --rho sampled" if rho == "sampled" else "")
+            )
         if args.executor == "ray":
             import importlib.util
 

@@ -266,6 +266,8 @@ def sample_window(
     model : BatchedModel or Priors
         The model (:class:`~bayes_scalerl.models.base.BatchedModel`); a
         :class:`~bayes_scalerl.models.priors.Priors` means the sigmoid with those priors.
+        With the AR(1) likelihood at ``rho="auto"`` and no ``window.rho``, every run's
+        ``rho`` is the window's estimate (:func:`~bayes_scalerl.noise_correlation`).
     config : SamplerConfig
     chunk_size : int
         Most runs per chunk (bounds memory: a chunk's draws are moved to NumPy, and
@@ -302,6 +304,14 @@ def sample_window(
     from .executors import resolve_executor
 
     model = _as_model(model)
+    priors = getattr(model, "priors", None)
+    if getattr(priors, "rho", None) == "auto" and priors.likelihood == "ar1" and window.rho is None:
+        # the AR(1) correlation at the batch's estimate (fit() resolves it before; this is for
+        # direct calls): data of the program, one value for every run
+        from ..data.noise import noise_correlation_arrays
+
+        rho = noise_correlation_arrays(window.reward, window.mask)
+        window = window._replace(rho=np.full(np.shape(window.R0), rho))
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     chunk_size = int(chunk_size)

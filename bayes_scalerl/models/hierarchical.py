@@ -10,6 +10,7 @@ Structure (all spreads estimated from the data, every level non-centred)::
                    log C[t] = log C_recipe[r(t)] + C_mid_seed_sd * z
     curve i        A[i] ~ Normal(A_recipe[r(i), task(i)], A_seed_sd) truncated to (R0[i], 1)
                    reward ~ Normal(R0 + (A - R0) sigmoid(B (log C - log C_mid)), sigma[i])
+                   (errors AR(1) at a fixed correlation with Priors(likelihood="ar1"))
 
 A curve is one run on one task. Runs of one recipe are its seeds; a run evaluated on
 several tasks (validation sets) shares its efficiency (``B``, ``C_mid``) across them
@@ -172,17 +173,20 @@ def _run_level(site: dict, idx: HierIndex) -> tuple[jax.Array, jax.Array, jax.Ar
     return lB_t[idx.curve_train], lC_t[idx.curve_train], A_r[idx.curve_recipe, idx.curve_task]
 
 
-def _conditionals(lB, lC, sigma, A_loc, A_sd, data: RunData):
-    """Per-curve gain conditionals (vmapped over curves)."""
+def _conditionals(lB, lC, sigma, A_loc, A_sd, data: RunData, ar1: bool = False):
+    """Per-curve gain conditionals (vmapped over curves); ``ar1``: AR(1) errors at ``data.rho``."""
     flat = Priors()  # only its (unused) A fields are read when A_loc is given
 
     def one(lb, lc, s, loc, d):
-        return gain_conditional(lb, lc, s, d.R0, d, flat, A_loc=loc, A_scale=A_sd)
+        rho = d.rho if ar1 else None
+        return gain_conditional(lb, lc, s, d.R0, d, flat, A_loc=loc, A_scale=A_sd, rho=rho)
 
     return jax.vmap(one)(lB, lC, sigma, A_loc, data)
 
 
-def hierarchical_model(data: RunData, idx: HierIndex, hp: HierPriors, log_c_ref: float) -> None:
+def hierarchical_model(
+    data: RunData, idx: HierIndex, hp: HierPriors, log_c_ref: float, ar1: bool = False
+) -> None:
     """NumPyro model of the hierarchy with each curve's ``A`` integrated out.
 
     Parameters
@@ -193,6 +197,9 @@ def hierarchical_model(data: RunData, idx: HierIndex, hp: HierPriors, log_c_ref:
     hp : HierPriors
     log_c_ref : float
         Prior median of the population ``log C_mid``.
+    ar1 : bool
+        AR(1) errors between consecutive fitted points of a curve, at the fixed
+        correlation ``data.rho`` (default: independent errors).
     """
     n_rec, n_task, n_train = len(idx.recipes), len(idx.tasks), len(idx.training_runs)
     n_curve = len(idx.curve_recipe)
@@ -218,7 +225,7 @@ def hierarchical_model(data: RunData, idx: HierIndex, hp: HierPriors, log_c_ref:
     with numpyro.plate("curve", n_curve):
         sigma = numpyro.sample("sigma", dist.HalfNormal(hp.sigma_scale))
     lB, lC, A_loc = _run_level(site, idx)
-    cond = _conditionals(lB, lC, sigma, A_loc, site["A_seed_sd"], data)
+    cond = _conditionals(lB, lC, sigma, A_loc, site["A_seed_sd"], data, ar1)
     numpyro.factor("marginal_likelihood", cond.log_norm.sum())
 
 
@@ -283,7 +290,8 @@ def sample_hierarchical(
     key : jax.Array
         PRNG key (split for the sampler and the exact draws of ``A``).
     window : FitWindow
-        Padded points of every curve.
+        Padded points of every curve; with ``window.rho`` set, the errors of consecutive
+        fitted points of a curve are AR(1) at that correlation.
     idx : HierIndex
         The structure from :func:`hierarchy_index`.
     hp : HierPriors
@@ -299,7 +307,16 @@ def sample_hierarchical(
     -------
     HierDraws
     """
-    data = make_run_data(window.compute, window.reward, window.mask, window.R0, window.c_ref, Priors())
+    ar1 = window.rho is not None
+    data = make_run_data(
+        window.compute,
+        window.reward,
+        window.mask,
+        window.R0,
+        window.c_ref,
+        Priors(likelihood="ar1", rho=0.0) if ar1 else Priors(),
+        rho=window.rho,
+    )
     log_c_ref = float(np.log(hp.C_mid_median if hp.C_mid_median is not None else np.median(window.c_ref)))
     k_mcmc, k_A = jax.random.split(key)
     kernel = NUTS(
@@ -322,6 +339,7 @@ def sample_hierarchical(
         idx,
         hp,
         log_c_ref,
+        ar1,
         extra_fields=(
             "diverging",
             "num_steps",
@@ -337,7 +355,7 @@ def sample_hierarchical(
 
     lB, lC, A_loc = jax.vmap(lambda site: _run_level(site, idx))(flat)
     sigma = flat["sigma"]
-    cond = jax.vmap(lambda b, c, sg, loc, sd: _conditionals(b, c, sg, loc, sd, data))(
+    cond = jax.vmap(lambda b, c, sg, loc, sd: _conditionals(b, c, sg, loc, sd, data, ar1))(
         lB, lC, sigma, A_loc, flat["A_seed_sd"]
     )
     gain = truncnorm_draw(k_A, cond.mean, cond.sd, cond.upper)

@@ -32,7 +32,10 @@ program each, on every local device (:func:`chain_layout`).
 Every step is a vectorised operation over runs, curves or recipes: a sweep costs a few
 passes over the data, no gradient and no tree. Several tasks per training run (one
 ``B`` and ``C_mid`` shared by several curves, each with its own ``A`` and ``sigma``) are
-handled by summing the curves' log-likelihoods per training run.
+handled by summing the curves' log-likelihoods per training run. With the AR(1)
+likelihood at a fixed correlation (``Priors(likelihood="ar1", rho=...)``, the data's
+``rho``) every sum is taken over whitened points (:func:`~bayes_scalerl.models.scalerl.ar1_whiten`),
+where the errors are independent; the gain stays linear, so every step above is unchanged.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import numpy as np
 
 from ..engine import runtime
 from .hierarchical import HierIndex, HierPriors
-from .scalerl import RunData, log_diff_ndtr, point_fractions, truncnorm_quantile
+from .scalerl import RunData, ar1_whiten, log_diff_ndtr, point_fractions, truncnorm_quantile
 
 __all__ = [
     "PoolData",
@@ -295,7 +298,7 @@ def pool_data(
         else float(np.log(np.median(np.exp(np.asarray(data.log_c_mid_loc)))))
     )
     m = jnp.asarray(data.mask, dtype=jnp.float64)
-    r = data.y - data.R0[:, None]
+    r = ar1_whiten(data.y - data.R0[:, None], data.mask, data.rho[:, None])
     f = lambda a: jnp.asarray(a, dtype=jnp.float64)  # noqa: E731
     i = lambda a: jnp.asarray(a, dtype=jnp.int32)  # noqa: E731
     full = PoolData(
@@ -368,12 +371,17 @@ def _sd_scales(hp: HierPriors) -> jax.Array:
 
 
 def _sums(lB, lC, pd: PoolData):
-    """Per curve, at each training run's ``(log B, log C_mid)``: ``sum s^2`` and ``sum s (y - R0)``."""
+    """Per curve, at each training run's ``(log B, log C_mid)``: ``sum s^2`` and ``sum s (y - R0)``.
+
+    Both whitened by each curve's fixed AR(1) correlation (``data.rho``; 0, the identity,
+    unless the likelihood is ``"ar1"``), so that the errors they stand for are independent.
+    """
     data = pd.data
-    s = point_fractions(lB[pd.train][:, None], lC[pd.train][:, None], data)
+    rho = data.rho[:, None]
+    s = ar1_whiten(point_fractions(lB[pd.train][:, None], lC[pd.train][:, None], data), data.mask, rho)
     m = data.mask.astype(s.dtype)
     ms = m * s
-    return jnp.sum(ms * s, -1), jnp.sum(ms * (data.y - data.R0[:, None]), -1)
+    return jnp.sum(ms * s, -1), jnp.sum(ms * ar1_whiten(data.y - data.R0[:, None], data.mask, rho), -1)
 
 
 def _gain_given(Ss, Sy, sigma, mu0, tau, upper):

@@ -70,10 +70,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr, ndtri
 
+from ..data.noise import noise_correlation_arrays
 from .curve import gain_fraction
 from .priors import Priors
 
@@ -87,6 +89,7 @@ __all__ = [
     "log_density",
     "gain_conditional",
     "refresh_sigma",
+    "ar1_whiten",
     "draw_A",
     "log_diff_ndtr",
     "point_fractions",
@@ -177,7 +180,9 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None,
     """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
 
     ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only;
-    ``rho`` (same shape as ``R0``) by the AR(1) likelihood with a fixed correlation only.
+    ``rho`` (same shape as ``R0``) by the AR(1) likelihood with a fixed correlation only;
+    without it a number in ``priors.rho`` is used, and ``"auto"`` is estimated from
+    ``reward`` and ``mask`` (:func:`~bayes_scalerl.data.noise.noise_correlation_arrays`).
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
@@ -198,8 +203,15 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None,
         bvar = jnp.zeros_like(y)
     R0 = jnp.asarray(R0, dtype=jnp.float64)
     if priors.likelihood == "ar1" and not priors.rho_sampled:
-        if rho is None:
-            raise ValueError("the AR(1) likelihood with a fixed rho needs each run's rho (FitWindow.rho)")
+        if rho is None and isinstance(priors.rho, float):
+            rho = priors.rho
+        elif rho is None:  # "auto": the estimate from these runs' points
+            if isinstance(y, jax.core.Tracer):
+                raise ValueError(
+                    "the AR(1) likelihood with rho='auto' needs each run's rho (FitWindow.rho) inside a "
+                    "traced function"
+                )
+            rho = noise_correlation_arrays(np.atleast_2d(np.asarray(y)), np.atleast_2d(np.asarray(mask)))
         rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), R0.shape)
     else:
         rho = jnp.zeros_like(R0)
@@ -502,6 +514,27 @@ def truncnorm_quantile(u, mean, sd, upper) -> jax.Array:
     return jnp.clip(mean + sd * t, 0.0, upper)
 
 
+def ar1_whiten(x: jax.Array, mask: jax.Array, rho: jax.Array) -> jax.Array:
+    """AR(1) errors along the last axis made independent with the stationary sd.
+
+    A fitted point that follows a fitted point becomes ``(x_t - rho x_(t-1)) / sqrt(1 - rho^2)``,
+    other points stay as they are, so AR(1) errors of stationary sd ``sigma`` become
+    independent Normal(0, ``sigma``) errors (the transform's Jacobian does not depend on
+    the curve or ``sigma``). With ``rho`` 0 it returns ``x`` exactly.
+
+    Parameters
+    ----------
+    x : array, shape (..., point)
+    mask : array of bool, shape (..., point)
+        Fitted points; a gap breaks the chain of neighbours.
+    rho : array
+        Broadcastable against ``x`` (e.g. shape ``(..., 1)``).
+    """
+    prev = jnp.concatenate([jnp.zeros_like(mask[..., :1]), mask[..., :-1]], axis=-1) & mask
+    x_prev = jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
+    return jnp.where(prev, (x - rho * x_prev) * jax.lax.rsqrt(1.0 - rho * rho), x)
+
+
 def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """A draw of ``sigma`` given the rest of each of one run's ``z`` (any leading sample shape).
 
@@ -527,11 +560,7 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
     if priors.likelihood == "ar1":
-        # whitened: e_t - rho e_(t-1) has sd sigma sqrt(1 - rho^2) after a fitted point
-        rho = p.rho[..., None]
-        prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
-        r_prev = jnp.concatenate([jnp.zeros_like(resid[..., :1]), resid[..., :-1]], axis=-1)
-        resid = jnp.where(prev, (resid - rho * r_prev) * jax.lax.rsqrt(1.0 - rho * rho), resid)
+        resid = ar1_whiten(resid, data.mask, p.rho[..., None])
     rss = jnp.sum(m * resid * resid, axis=-1)
     n = jnp.sum(m)
     k_prop, k_acc = jax.random.split(key)

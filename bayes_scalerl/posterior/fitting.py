@@ -100,7 +100,8 @@ def fit(
         Seed of the PRNG key; the same seed and data give the same draws.
     target_accept, max_tree_depth : float, int, optional
         NUTS settings (defaults: 0.9 and 8; ``target_accept`` 0.99 with the AR(1)
-        likelihood, which diverged in 23% of runs at 0.9). The hierarchical model uses them
+        likelihood's ``rho`` sampled per run, which diverged in 23% of runs at 0.9; with
+        ``rho`` fixed, the default, 0.9 holds). The hierarchical model uses them
         for the independent fits its sampler starts from.
     chunk_size : int
         Most runs per compiled call.
@@ -181,11 +182,16 @@ def fit(
     hierarchical = model == "hierarchical"
     idx = hierarchy_index(runs) if hierarchical else None
     if target_accept is None:
-        target_accept = 0.99 if priors.likelihood == "ar1" else 0.9
+        target_accept = 0.99 if priors.rho_sampled else 0.9
     if max_tree_depth is None:
         max_tree_depth = 8
-    if hierarchical and priors.likelihood != "gaussian":
-        raise ValueError("the hierarchical model has a Gaussian likelihood only")
+    if hierarchical and not (
+        priors.likelihood == "gaussian" or (priors.likelihood == "ar1" and not priors.rho_sampled)
+    ):
+        raise ValueError(
+            "the hierarchical model has the Gaussian likelihood or the AR(1) likelihood with a fixed rho "
+            f"(a number or 'auto'), got likelihood={priors.likelihood!r}, rho={priors.rho!r}"
+        )
     if priors.likelihood == "binomial" and "n_eval" not in runs.table.columns:
         raise DataError(
             f"{runs.source}: column 'n_eval' is missing; the binomial likelihood needs the number of "
