@@ -99,11 +99,12 @@ def main() -> None:
         truth, df = simulate(scenario, a.runs, 1000 + k)
         likelihoods = [scenario, "gaussian"] + (["ar1 (rho auto)"] if scenario == "ar1" else [])
         for lik in dict.fromkeys(likelihoods):
-            priors = (
-                bs.Priors(likelihood="ar1", rho="auto")
-                if lik == "ar1 (rho auto)"
-                else bs.Priors(likelihood=lik)
-            )
+            if lik == "ar1 (rho auto)":
+                priors = bs.Priors(likelihood="ar1", rho="auto")
+            elif lik == "ar1":  # each run's rho sampled
+                priors = bs.Priors(likelihood="ar1", rho=None)
+            else:
+                priors = bs.Priors(likelihood=lik)
             t0 = time.perf_counter()
             res = bs.fit(
                 df,

@@ -54,8 +54,16 @@ def main(argv=None) -> None:
     settings = {
         "default": {},
         "default-no-retry": {"retry": False},
-        "gaussian-only": {"discrepancy": False},
-        "gaussian-only-no-retry": {"discrepancy": False, "retry": False},
+        # the default until 0.2: independent Gaussian noise, with the discrepancy
+        "gaussian-default": {"priors": bs.Priors(likelihood="gaussian")},
+        "gaussian-default-no-retry": {"priors": bs.Priors(likelihood="gaussian"), "retry": False},
+        # version 0.1's model
+        "gaussian-only": {"priors": bs.Priors(likelihood="gaussian"), "discrepancy": False},
+        "gaussian-only-no-retry": {
+            "priors": bs.Priors(likelihood="gaussian"),
+            "discrepancy": False,
+            "retry": False,
+        },
         "ta095": {"target_accept": 0.95},
         "s1000": {"samples": 1000},
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},

@@ -26,11 +26,13 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert np.all(np.diff(p[["q05", "q25", "q50", "q75", "q95"]].to_numpy(), axis=1) >= 0)
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
-    need += ["converged", "retried"]
+    need += ["converged", "retried", "likelihood", "rho"]
     need += ["a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
     need += ["reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
     assert list(d.columns) == need
+    # the default noise model: AR(1), one correlation for the batch, in [0, 0.9]
+    assert (d.likelihood == "ar1").all() and d.rho.nunique() == 1 and 0.0 <= d.rho.iloc[0] <= 0.9
     # the flag follows its documented rule: contraction >= 0.9 and a 90% width <= 0.10
     rule = (d.a_contraction >= 0.9) & (d.a_width90 <= 0.10)
     assert (d.a_identified == rule).all()

@@ -126,6 +126,7 @@ def ar1_fit():
 def test_ar1_fit_recovers_the_correlation(ar1_fit):
     assert ar1_fit.dt["posterior"]["rho"].dims == ("chain", "draw", "run")
     rho = np.median(ar1_fit.draws("rho"), axis=1)
+    np.testing.assert_allclose(ar1_fit.diagnostics()["rho"], rho)  # each run's own, in diagnostics.csv
     # 6 runs x 37 points each: the posterior sd of rho is about 0.1 per run; the mean of six about 0.05
     assert abs(rho.mean() - 0.7) < 0.15
     ll = ar1_fit.dt["log_likelihood"]["reward"].values
@@ -144,6 +145,8 @@ def test_each_likelihood_fits_and_predicts():
     for lik in ("student_t", "binomial"):
         res = bs.fit(df, priors=bs.Priors(likelihood=lik), seed=1, **QUICK)
         assert res.settings["priors"]["likelihood"] == lik
+        d = res.diagnostics()
+        assert (d["likelihood"] == lik).all() and d["rho"].isna().all()
         err = np.median(res.draws("A"), axis=1) - truth["A"].to_numpy()
         assert np.all(np.abs(err) < 0.05), (lik, err)  # C_mid well inside the data: A is pinned down
         obs = res.predict_draws([16000.0], kind="observation")

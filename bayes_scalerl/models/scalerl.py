@@ -404,15 +404,22 @@ def gain_conditional(
     m = data.mask.astype(s.dtype)
     r = data.y - R0
     n = m.sum()
-    if precision is None and rho is None and priors.likelihood != "binomial":
+    if precision is None and priors.likelihood != "binomial":
         # one variance for every point: no per-point log or division (this is the
-        # gradient NUTS evaluates at every leapfrog step; it halves its cost)
+        # gradient NUTS evaluates at every leapfrog step; it halves its cost). AR(1):
+        # whitened, e_t - rho e_(t-1) over sqrt(1 - rho^2) are independent with sd sigma,
+        # and the whitening's Jacobian adds log(1 - rho^2) per point after a fitted one
         var = sigma**2
+        log_det = n * jnp.log(var)
+        if rho is not None:
+            s = ar1_whiten(s, data.mask, rho)
+            r = ar1_whiten(r, data.mask, rho)
+            n_prev = jnp.sum(data.mask[1:] & data.mask[:-1])
+            log_det = log_det + n_prev * jnp.log1p(-(rho**2))
         ms = m * s
         Ss = jnp.sum(ms * s) / var
         Sy = jnp.sum(ms * r) / var
         rss0 = jnp.sum(m * r * r) / var
-        log_det = n * jnp.log(var)
     else:
         var = sigma**2 + data.bvar  # bvar is 0 unless the likelihood is binomial
         if precision is not None:  # Student-t as a scale mixture: point i has variance sigma^2 / lambda_i

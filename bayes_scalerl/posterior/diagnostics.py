@@ -406,6 +406,22 @@ def sampler_diagnostics(dt: xr.DataTree, convergence_by_var: dict | None = None)
     return df
 
 
+def _noise_model(dt: xr.DataTree, post: xr.Dataset, n_runs: int) -> tuple[str, np.ndarray]:
+    """The fit's likelihood and each run's AR(1) correlation (fixed, or its posterior median)."""
+    import json
+
+    settings = json.loads(dt.attrs.get("bayes_scalerl_settings", "{}"))
+    priors = settings.get("priors") or {}
+    likelihood = str(priors.get("likelihood", "gaussian"))
+    rho = np.full(n_runs, np.nan)
+    if likelihood == "ar1":
+        if "rho" in post.data_vars:
+            rho = post["rho"].median(("chain", "draw")).values.astype(float)
+        elif isinstance(priors.get("rho"), (int, float)):
+            rho[:] = float(priors["rho"])
+    return likelihood, rho
+
+
 def run_diagnostics(
     dt: xr.DataTree, var_names: list[str], convergence_by_var: dict | None = None
 ) -> pd.DataFrame:
@@ -424,12 +440,14 @@ def run_diagnostics(
     -------
     pandas.DataFrame
         Columns ``run, n_points, r_hat_max, ess_bulk_min, ess_tail_min, divergences,
-        bfmi_min, converged, retried``. ``converged`` needs R-hat <= 1.01, bulk ESS >= 100
+        bfmi_min, converged, retried, likelihood, rho``. ``converged`` needs R-hat <= 1.01, bulk ESS >= 100
         and no divergent transition; ``retried``: the run failed that check at first and
         was sampled again (:mod:`bayes_scalerl.engine.retry`; the row describes the
         second attempt). A NaN R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
-        (``bfmi(..., ddof=0)``).
+        (``bfmi(..., ddof=0)``). ``likelihood`` is the fit's noise model and ``rho`` the
+        AR(1) correlation each run was fitted with (the fixed value; the posterior median
+        when sampled; NaN for other likelihoods).
     """
     post = dt["posterior"].to_dataset()
     cache = convergence_by_var or {}
@@ -448,6 +466,7 @@ def run_diagnostics(
     converged = (rhat_ <= RHAT_MAX) & (ess_b >= ESS_MIN) & (div == 0)
     const = dt["constant_data"].to_dataset()
     retried = const["retried"].values.astype(bool) if "retried" in const else np.zeros(n_runs, bool)
+    likelihood, rho = _noise_model(dt, post, n_runs)
     return pd.DataFrame(
         {
             "run": post["run"].values.astype(str),
@@ -459,5 +478,7 @@ def run_diagnostics(
             "bfmi_min": bfmi_,
             "converged": converged,
             "retried": retried,
+            "likelihood": likelihood,
+            "rho": rho,
         }
     )
