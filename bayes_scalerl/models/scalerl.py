@@ -425,13 +425,7 @@ def gain_conditional(
         if precision is not None:  # Student-t as a scale mixture: point i has variance sigma^2 / lambda_i
             var = var / precision
         if rho is not None:
-            # AR(1) across consecutive fitted points: whiten, e_t - rho e_{t-1} ~ N(0, sigma^2 (1 - rho^2))
-            prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
-            s_prev = jnp.concatenate([jnp.zeros((1,)), s[:-1]])
-            r_prev = jnp.concatenate([jnp.zeros((1,)), r[:-1]])
-            s = jnp.where(prev, s - rho * s_prev, s)
-            r = jnp.where(prev, r - rho * r_prev, r)
-            var = jnp.where(prev, var * (1.0 - rho**2), var)
+            raise ValueError("the AR(1) term combines with the Gaussian likelihood only")
         w = m / var
         Ss = jnp.sum(w * s * s)
         Sy = jnp.sum(w * s * r)
