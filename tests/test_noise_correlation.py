@@ -87,6 +87,17 @@ def test_priors_validate_rho():
     assert "rho" not in z_index(p) and n_dim(p) == 4
 
 
+def test_priors_round_trip_and_older_saves_read_as_they_were_meant():
+    for p in (bs.Priors(), bs.Priors(likelihood="gaussian"), bs.Priors(rho=0.4), bs.Priors(rho=None)):
+        assert bs.Priors.from_dict(p.to_dict()) == p
+    # saved before the AR(1) default: no likelihood meant Gaussian, an ar1 without rho sampled it
+    assert bs.Priors.from_dict({"B_median": 2.5}).likelihood == "gaussian"
+    assert bs.Priors.from_dict({"likelihood": "ar1"}).rho_sampled
+    assert bs.Priors.from_dict({"likelihood": "gaussian", "unknown_key": 1}) == bs.Priors(
+        likelihood="gaussian"
+    )
+
+
 def test_fixed_rho_density_is_the_sampled_one_at_that_value():
     C = np.linspace(1000.0, 8000.0, 15)
     y = 0.25 + 0.35 / (1 + (3000.0 / C) ** 1.8) + 0.01 * np.random.default_rng(0).standard_normal(C.size)

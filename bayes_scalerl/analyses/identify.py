@@ -152,8 +152,7 @@ def _prior_bin_mass(priors: Priors, R0: np.ndarray, edges: np.ndarray) -> np.nda
 
 
 def _priors_of(result: FitResult) -> Priors:
-    names = {f.name for f in dataclasses.fields(Priors)}
-    return Priors(**{k: v for k, v in result.settings["priors"].items() if k in names})
+    return Priors.from_dict(result.settings["priors"])
 
 
 # ---------------------------------------------------------------------- identifiability

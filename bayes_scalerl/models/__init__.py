@@ -93,7 +93,7 @@ def model_from_spec(spec: dict) -> BatchedModel:
 
     name = spec.get("model", "sigmoid")
     if name == "sigmoid":
-        return SigmoidModel(Priors(**(spec.get("priors") or {})))
+        return SigmoidModel(Priors.from_dict(spec.get("priors") or {}))
     if name == "power":
         return PowerModel()
     if name == "exponential":

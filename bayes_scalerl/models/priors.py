@@ -7,7 +7,7 @@ changed with :func:`dataclasses.replace`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Priors", "LIKELIHOODS"]
 
@@ -144,3 +144,18 @@ class Priors:
     def to_dict(self) -> dict:
         """The priors as a plain dict (``None`` kept), for attributes and reports."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Priors:
+        """Priors from :meth:`to_dict` (unknown keys ignored), read as when they were saved.
+
+        Fits saved before the AR(1) default meant what their defaults meant then: a dict
+        without ``likelihood`` is Gaussian, and an ``"ar1"`` one without ``rho`` sampled
+        each run's correlation.
+        """
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in dict(d).items() if k in names}
+        d.setdefault("likelihood", "gaussian")
+        if d["likelihood"] == "ar1":
+            d.setdefault("rho", None)
+        return cls(**d)
