@@ -141,7 +141,8 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
     """Parse ``NAME=JSON`` into a method: ``JSON`` is an object of ``bs.fit`` arguments.
 
     A ``"priors"`` entry that is an object becomes ``bs.Priors(**entry)``, a
-    ``"discrepancy"`` entry that is an object ``bs.Discrepancy(**entry)``.
+    ``"discrepancy"`` entry that is an object ``bs.Discrepancy(**entry)``, a ``"retry"``
+    entry that is an object ``Retry(**entry)``.
 
     Parameters
     ----------
@@ -162,6 +163,10 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
         kwargs["priors"] = bs.Priors(**kwargs["priors"])
     if isinstance(kwargs.get("discrepancy"), dict):
         kwargs["discrepancy"] = bs.Discrepancy(**kwargs["discrepancy"])
+    if isinstance(kwargs.get("retry"), dict):
+        from bayes_scalerl.engine.retry import Retry
+
+        kwargs["retry"] = Retry(**kwargs["retry"])
     return name, kwargs
 
 

@@ -149,6 +149,7 @@ def test_fit_with_rho_auto_records_the_estimate_and_predicts():
     assert rho == noise_correlation_arrays(window.reward, window.mask)  # the fitted points' estimate
     assert 0.3 < rho <= RHO_MAX  # 4 runs x 19 points of rho = 0.7 noise
     assert "rho" not in res.var_names and "rho" not in res.dt["posterior"].data_vars
+    assert res.settings["noise"] == f"AR(1), rho {rho:.3f} for every run, estimated from the data"
     d = res.diagnostics()  # diagnostics.csv says which noise model each run got
     assert (d["likelihood"] == "ar1").all() and (d["rho"] == rho).all()
     obs = res.predict_draws([8400.0, 16000.0], kind="observation")

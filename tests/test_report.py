@@ -128,6 +128,9 @@ def test_html_contents(demo_fit, demo_report):
     for key in ("fit_until", "min_compute", "chains", "warmup", "samples", "priors", "B_median"):
         assert key in text, key
     assert "&lt;demo&gt;" in text and "<demo>" not in text  # the source, escaped
+    # the noise model each run got, in words (the default: one AR(1) correlation for the batch)
+    assert f"<th>noise</th><td>{demo_fit.settings['noise']}</td>" in text
+    assert demo_fit.settings["noise"].startswith("AR(1), rho ")
     for run in demo_fit.run_names:
         assert run in text
     # A's interval of the first run, as in summary.csv

@@ -57,6 +57,17 @@ def fit_settings(runs: Runs, sampled, *, min_compute, fit_until, config: tuple, 
     }
 
 
+def _noise_words(priors: Priors) -> str:
+    """The noise model in words (the fit's settings and report); a fixed AR(1) ``rho`` is
+    described by :func:`fit`, which resolves it."""
+    return {
+        "gaussian": "independent Gaussian",
+        "student_t": f"independent Student-t (nu {priors.nu:g})",
+        "binomial": "binomial sampling noise (n_eval) plus independent Gaussian",
+        "ar1": "AR(1), each run's rho sampled",
+    }[priors.likelihood]
+
+
 @runtime.x64
 def fit(
     runs: Runs | pd.DataFrame,
@@ -199,13 +210,16 @@ def fit(
         )
     window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=priors.R0_fitted)
     model_obj = SigmoidModel(priors)
+    noise = _noise_words(priors)
     if priors.likelihood == "ar1" and not priors.rho_sampled:
         # a fixed rho is data of the program (one compiled program for every value); the
         # fit's priors record the value, "auto" resolved to the batch's estimate
-        rho = noise_correlation_arrays(window.reward, window.mask) if priors.rho == "auto" else priors.rho
-        window = window._replace(rho=np.full(window.R0.shape, float(rho)))
+        auto = priors.rho == "auto"
+        rho = float(noise_correlation_arrays(window.reward, window.mask) if auto else priors.rho)
+        window = window._replace(rho=np.full(window.R0.shape, rho))
         model_obj = SigmoidModel(dataclasses.replace(priors, rho="auto"))
-        priors = dataclasses.replace(priors, rho=float(rho))
+        priors = dataclasses.replace(priors, rho=rho)
+        noise = f"AR(1), rho {rho:.3f} for every run, " + ("estimated from the data" if auto else "as given")
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:
@@ -220,6 +234,7 @@ def fit(
         fit_until=fit_until,
         config=(chains, warmup, samples, seed, target_accept, max_tree_depth),
         priors=priors.to_dict(),
+        noise=noise,
         model=model,
         discrepancy=discrepancy.to_dict() if discrepancy is not None else None,
         hier_priors=(hier_priors or HierPriors()).to_dict() if hierarchical else None,

@@ -191,6 +191,8 @@ def _settings_rows(settings: dict, result: FitResult) -> list[tuple[str, str]]:
         ("min_compute", "none" if min_compute is None else show(min_compute)),
     ]
     priors = s.pop("priors", None)
+    if "noise" in s:
+        rows.append(("noise", show(s.pop("noise"))))
     for key in ("chains", "warmup", "samples", "seed", "target_accept", "max_tree_depth"):
         if key in s:
             rows.append((key, show(s.pop(key))))
