@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["noise_correlation", "noise_correlation_arrays", "variogram_ratio"]
+__all__ = ["noise_correlation", "noise_correlation_arrays", "variogram_ratio", "with_window_rho"]
 
 #: Fewest fitted evaluations a run needs to enter the estimate (two lag-2 differences).
 MIN_EVALUATIONS = 6
@@ -115,3 +115,11 @@ def noise_correlation(runs, *, min_compute: float | None = None, fit_until: floa
         runs = Runs.from_frame(runs)
     window = runs.window(min_compute=min_compute, fit_until=fit_until, R0_fitted=False)
     return noise_correlation_arrays(window.reward, window.mask)
+
+
+def with_window_rho(window, rho):
+    """``window`` with every run's fixed AR(1) correlation set: ``rho`` itself, or with
+    ``"auto"`` the window's own estimate (:func:`noise_correlation_arrays` of its fitted
+    points). Returns the new window and the value."""
+    value = float(noise_correlation_arrays(window.reward, window.mask) if rho == "auto" else rho)
+    return window._replace(rho=np.full(np.shape(window.R0), value)), value

@@ -308,10 +308,9 @@ def sample_window(
     if getattr(priors, "rho", None) == "auto" and priors.likelihood == "ar1" and window.rho is None:
         # the AR(1) correlation at the batch's estimate (fit() resolves it before; this is for
         # direct calls): data of the program, one value for every run
-        from ..data.noise import noise_correlation_arrays
+        from ..data.noise import with_window_rho
 
-        rho = noise_correlation_arrays(window.reward, window.mask)
-        window = window._replace(rho=np.full(np.shape(window.R0), rho))
+        window, _ = with_window_rho(window, "auto")
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     chunk_size = int(chunk_size)

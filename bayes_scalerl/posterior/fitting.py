@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..data.noise import noise_correlation_arrays
+from ..data.noise import with_window_rho
 from ..data.runs import DataError, Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime
 from ..engine.retry import Retry, sample_retrying
@@ -215,8 +215,7 @@ def fit(
         # a fixed rho is data of the program (one compiled program for every value); the
         # fit's priors record the value, "auto" resolved to the batch's estimate
         auto = priors.rho == "auto"
-        rho = float(noise_correlation_arrays(window.reward, window.mask) if auto else priors.rho)
-        window = window._replace(rho=np.full(window.R0.shape, rho))
+        window, rho = with_window_rho(window, priors.rho)
         model_obj = SigmoidModel(dataclasses.replace(priors, rho="auto"))
         priors = dataclasses.replace(priors, rho=rho)
         noise = f"AR(1), rho {rho:.3f} for every run, " + ("estimated from the data" if auto else "as given")
