@@ -259,6 +259,7 @@ def test_backtest_and_identify_commands(tmp_path, capsys):
     assert code == 0
     scores = pd.read_csv(bt / "scores.csv")
     assert scores.method.iloc[0] == "bayes" and "coverage90" in scores.columns
+    assert list(scores.method) == ["bayes", "gaussian", "ls", "boot"]  # version 0.1's model beside
     points = pd.read_csv(bt / "backtest.csv")
     assert len(points) == scores.n_points.iloc[0] and (points.compute > 8000).all()
     assert "CRPS" in capsys.readouterr().out
@@ -270,6 +271,11 @@ def test_backtest_and_identify_commands(tmp_path, capsys):
     out = capsys.readouterr().out
     for run in table.run:
         assert run in out
+    # --no-baseline: the default alone beside least squares
+    only = tmp_path / "bt-only"
+    args = ["backtest", str(tmp_path / "runs.csv"), "--fraction", "0.5", "--out", str(only)]
+    assert main([*args, "--bootstrap", "20", "--no-baseline", *SMALL]) == 0
+    assert list(pd.read_csv(only / "scores.csv").method) == ["bayes", "ls", "boot"]
     # exactly one way to cut the data
     with pytest.raises(SystemExit):
         main(["backtest", str(tmp_path / "runs.csv"), "--out", str(bt)])

@@ -114,7 +114,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--no-retry",
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (by default they are "
-        "sampled once more at target_accept 0.99 with twice the draws, unless over a quarter fail)",
+        "sampled once more at target_accept 0.99 with twice the draws)",
     )
     p.add_argument(
         "--likelihood",
@@ -264,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_bt.add_argument("--out", required=True, help="folder for backtest.csv and scores.csv")
     p_bt.add_argument("--bootstrap", type=_positive_int, default=200, help="bootstrap replicates (200)")
+    p_bt.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not fit version 0.1's model (independent Gaussian noise) beside the default "
+        "(its row 'gaussian'; it costs about half the default's time)",
+    )
     _add_refit_options(p_bt)
     p_id = sub.add_parser(
         "identify", help="does the data pin down the ceiling A? budget sweep, prior sensitivity, prediction"
@@ -373,6 +379,7 @@ def _run_backtest(args) -> int:
         min_compute=args.min_compute,
         bootstrap=args.bootstrap,
         seed=args.seed,
+        baseline=not args.no_baseline,
         fit_kwargs=dict(
             chains=args.chains,
             warmup=args.warmup,
