@@ -162,8 +162,8 @@ def fit(
         Runs that fail the convergence checks (R-hat > 1.01, bulk ESS < 100 or a
         divergence) are sampled once more at ``target_accept`` 0.99 with twice the
         draws, thinned back (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
-        ``()``; see :mod:`bayes_scalerl.engine.retry`), unless more than a quarter of
-        the runs failed. ``False``/``None``: never. The ``retried`` column of
+        ``()``; see :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
+        failed (``Retry(max_share=...)`` caps it). ``False``/``None``: never. The ``retried`` column of
         :meth:`FitResult.diagnostics` says which runs were.
 
     Returns
