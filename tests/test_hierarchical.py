@@ -223,6 +223,37 @@ def test_pooled_sampler_agrees_with_the_joint_sampler_with_ar1_errors():
     _agree_with_the_joint_sampler(bs.Runs.from_frame(df), seed=1, ref_seed=1, rho=0.5)
 
 
+def test_recipe_and_population_ceilings_stay_below_one():
+    """The model restricts ``A_recipe`` and ``A_pop`` to (0, 1), as it does each run's ``A``.
+
+    Ceilings of 0.95-0.99 seen only up to the middle of their rise leave the levels above
+    the runs free to go past 1 in an unrestricted normal hierarchy (each run's ``A`` is
+    truncated there, so a recipe mean above 1 piles its seeds just below it); every block of
+    the pooled sampler must reject such a move.
+    """
+    rng = np.random.default_rng(12)
+    truth = random_recipes(rng, 6, 2, A=(0.95, 0.99), C_mid=(5000.0, 9000.0))
+    df = bs.simulate_runs(truth, GRID, rng, extra_columns=("recipe", "seed"))
+    res = bs.fit(
+        bs.Runs.from_frame(df),
+        min_compute=1500,
+        fit_until=4000,
+        model="hierarchical",
+        seed=1,
+        chains=4,
+        warmup=200,
+        samples=200,
+        discrepancy=False,
+        priors=bs.Priors(likelihood="gaussian"),
+    )
+    post = res.dt["posterior"]
+    for name in ("A_recipe", "A_pop"):
+        v = post[name].values
+        assert np.all((v > 0) & (v < 1)), (name, float(v.max()))
+    A = post["A"].values
+    assert np.all(A < 1) and np.quantile(A, 0.99) > 0.95  # the runs' ceilings do reach up there
+
+
 def test_pooling_lowers_the_error_of_each_runs_asymptote(study, hier_fit, indep_fit):
     truth = study[0].set_index("run")
     true_A = truth.loc[hier_fit.run_names, "A"].to_numpy()
@@ -404,6 +435,7 @@ def test_the_cached_truncation_masses_stay_current_after_every_block(study):
             lambda s: P._weak_block(nz, s, pd_, hp, z, adapt),
             lambda s: P._scale_block(nz, s, pd_, hp, adapt),
             lambda s: P._population_block(nz, s, pd_, hp, z, adapt),
+            lambda s: P._ridge_block(nz, s, pd_, hp, z, adapt),
             lambda s: P._levels_block(nz, s, pd_, hp, z),
         )
         gaps = []

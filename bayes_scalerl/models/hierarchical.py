@@ -12,6 +12,12 @@ Structure (all spreads estimated from the data, every level non-centred)::
                    reward ~ Normal(R0 + (A - R0) sigmoid(B (log C - log C_mid)), sigma[i])
                    (errors AR(1) at a fixed correlation with Priors(likelihood="ar1"))
 
+The normal levels are restricted to ceilings that are pass rates: ``A_pop`` and every
+``A_recipe`` lie in (0, 1) (the joint normal prior of the ``A`` levels conditioned on that
+event; it moves nothing where the ceilings lie well inside, and it removes a region that
+the unrestricted model has and no data can rule out: recipe and population ceilings far
+above 1, with the seeds' ceilings piled up just below 1 by their truncation).
+
 A curve is one run on one task. Runs of one recipe are its seeds; a run evaluated on
 several tasks (validation sets) shares its efficiency (``B``, ``C_mid``) across them
 while each task keeps its own asymptote. As in the independent model, each curve's
@@ -54,7 +60,8 @@ class HierPriors:
     Parameters
     ----------
     A_pop_loc, A_pop_scale : float
-        Normal prior on the population mean asymptote of each task (default 0.5, 0.25).
+        Normal prior on the population mean asymptote of each task (default 0.5, 0.25),
+        restricted, like every recipe's, to (0, 1).
     A_recipe_sd_scale : float
         Half-normal scale of the recipe-to-recipe spread of ``A`` (default 0.1).
     A_seed_sd_scale : float
@@ -204,8 +211,10 @@ def hierarchical_model(
     n_rec, n_task, n_train = len(idx.recipes), len(idx.tasks), len(idx.training_runs)
     n_curve = len(idx.curve_recipe)
     site = {}
+    # the ceilings above the runs are restricted to (0, 1), as each run's is (below)
     site["A_pop"] = numpyro.sample(
-        "A_pop", dist.Normal(hp.A_pop_loc, hp.A_pop_scale).expand([n_task]).to_event(1)
+        "A_pop",
+        dist.TruncatedNormal(hp.A_pop_loc, hp.A_pop_scale, low=0.0, high=1.0).expand([n_task]).to_event(1),
     )
     site["A_recipe_sd"] = numpyro.sample("A_recipe_sd", dist.HalfNormal(hp.A_recipe_sd_scale))
     site["A_seed_sd"] = numpyro.sample("A_seed_sd", dist.HalfNormal(hp.A_seed_sd_scale))
@@ -225,6 +234,8 @@ def hierarchical_model(
     with numpyro.plate("curve", n_curve):
         sigma = numpyro.sample("sigma", dist.HalfNormal(hp.sigma_scale))
     lB, lC, A_loc = _run_level(site, idx)
+    A_r = site["A_pop"][None, :] + site["A_recipe_sd"] * site["z_A_recipe"]
+    numpyro.factor("A_recipe_inside", jnp.where(jnp.all((A_r > 0.0) & (A_r < 1.0)), 0.0, -jnp.inf))
     cond = _conditionals(lB, lC, sigma, A_loc, site["A_seed_sd"], data, ar1)
     numpyro.factor("marginal_likelihood", cond.log_norm.sum())
 

@@ -17,7 +17,8 @@ invariant:
    unchanged), the move that a centred Gibbs sampler lacks when a recipe's seeds are
    weakly identified and strongly pooled;
 5. **the recipe means**: conjugate normal draws (``A`` with an exact correction for each
-   curve's truncation to ``(R0, 1)``);
+   curve's truncation to ``(R0, 1)``, and rejected outside ``(0, 1)``, where the model
+   restricts the recipe and population ceilings);
 6. **the population means**, conjugate, and **the spreads**: an independence step from
    the conjugate gamma proposal and a random-walk step in ``log sd``;
 7. **the population with everything below it**: a non-centred rescaling of each recipe
@@ -242,6 +243,7 @@ class PoolState(NamedTuple):
     Sy: jax.Array  # (curve,) sum s (y - R0)
     log_pstep: jax.Array  # (4,) log steps of step 7 (A, B, C_mid recipe spreads; translation)
     trunc: jax.Array  # (curve,) log mass on (R0, 1) of each curve's A prior (_log_trunc): kept current
+    log_rstep: jax.Array  # (2,) log steps of the ridge moves in log B and log C_mid, adapted in warm-up
 
 
 def pool_data(
@@ -400,6 +402,11 @@ def _log_trunc(A_loc, sd, R0):
     return log_diff_ndtr((R0 - A_loc) / sd, (1.0 - A_loc) / sd)
 
 
+def _level_inside(A_level):
+    """Whether recipe or population ceilings lie in (0, 1), where the model restricts them."""
+    return (A_level > 0.0) & (A_level < 1.0)
+
+
 def _loglik_explicit(Ss, Sy, Syy, n, g, sigma):
     """Gaussian log-likelihood of each curve given its gain ``g``."""
     rss = Syy - 2.0 * g * Sy + g * g * Ss
@@ -521,6 +528,7 @@ def _translate_block(noise: Noise, s: PoolState, pd: PoolData, z: Sizes, adapt: 
         return lp
 
     log_r += prior(Ar_new, s.lB_r + delta[:, 1], s.lC_r + delta[:, 2]) - prior(s.A_r, s.lB_r, s.lC_r)
+    log_r = jnp.where(jnp.all(_level_inside(Ar_new), -1), log_r, -jnp.inf)
     ok = jnp.log(noise.uniform((z.n_recipe,))) < log_r
     ok_t, ok_c = ok[rt], ok[pd.recipe]
     if adapt:  # warm-up only: aim at a quarter of the moves accepted
@@ -598,8 +606,11 @@ def _levels_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: S
     A_prop = _normal_draw(noise, s.A_pop[None, :], sA_r, total, count, sA)
     trunc_prop = _log_trunc(A_prop[pd.recipe, pd.task], sA, R0)
     log_r = jax.ops.segment_sum(s.trunc - trunc_prop, cell, n_cell).reshape(shape)
+    log_r = jnp.where(_level_inside(A_prop), log_r, -jnp.inf)
     A_r = jnp.where(jnp.log(noise.uniform(shape)) < log_r, A_prop, s.A_r)
+    # each task's A_pop: its normal conditional, restricted to (0, 1) (rejection: kept if outside)
     A_pop = _normal_draw(noise, hp.A_pop_loc, hp.A_pop_scale, A_r.sum(0), z.n_recipe, sA_r)
+    A_pop = jnp.where(_level_inside(A_pop), A_pop, s.A_pop)
     lB_pop = _normal_draw(noise, math.log(hp.B_median), hp.B_log_sd, lB_r.sum(), z.n_recipe, sB_r)
     lC_pop = _normal_draw(noise, pd.log_c_ref, hp.C_mid_log_sd, lC_r.sum(), z.n_recipe, sC_r)
     dA = s.A - A_r[pd.recipe, pd.task]
@@ -685,6 +696,13 @@ def _scale_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, adapt
     return s
 
 
+def _pop_prior(hp: HierPriors, pd: PoolData, A_pop, lB_pop, lC_pop):
+    """Log prior density of the population means (up to a constant)."""
+    lp = -0.5 * jnp.sum((A_pop - hp.A_pop_loc) ** 2) / hp.A_pop_scale**2
+    lp += -0.5 * (lB_pop - math.log(hp.B_median)) ** 2 / hp.B_log_sd**2
+    return lp - 0.5 * (lC_pop - pd.log_c_ref) ** 2 / hp.C_mid_log_sd**2
+
+
 def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
     """Step 7: the population level moved together with everything below it.
 
@@ -713,8 +731,9 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     def trunc_at(A_r):
         return _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
 
-    def inside(A):
-        return jnp.all((A > R0) & (A < 1.0))
+    def inside(A, A_r, A_pop=None):
+        ok = jnp.all((A > R0) & (A < 1.0)) & jnp.all(_level_inside(A_r))
+        return ok if A_pop is None else ok & jnp.all(_level_inside(A_pop))
 
     base = ll(s.Ss, s.Sy, s.A, s.trunc)
     rates = []
@@ -724,7 +743,9 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     A = s.A + (A_r - s.A_r)[pd.recipe, pd.task]
     trunc = trunc_at(A_r)
     new = ll(s.Ss, s.Sy, A, trunc)
-    log_r = jnp.where(inside(A), new - base + _hn(s.sd[0] * c, scales[0]) - _hn(s.sd[0], scales[0]), -jnp.inf)
+    log_r = jnp.where(
+        inside(A, A_r), new - base + _hn(s.sd[0] * c, scales[0]) - _hn(s.sd[0], scales[0]), -jnp.inf
+    )
     ok = jnp.log(noise.uniform()) < log_r
     s = _accept(ok, s, A=A, A_r=A_r, sd=s.sd.at[0].multiply(c), trunc=trunc)
     base = jnp.where(ok, new, base)
@@ -755,13 +776,9 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     trunc = trunc_at(A_r)
     new = ll(Ss, Sy, A, trunc)
 
-    def prior(A_pop, lB_pop, lC_pop):
-        lp = -0.5 * jnp.sum((A_pop - hp.A_pop_loc) ** 2) / hp.A_pop_scale**2
-        lp += -0.5 * (lB_pop - math.log(hp.B_median)) ** 2 / hp.B_log_sd**2
-        return lp - 0.5 * (lC_pop - pd.log_c_ref) ** 2 / hp.C_mid_log_sd**2
-
-    lp_new = prior(A_pop, s.lB_pop + delta[1], s.lC_pop + delta[2])
-    log_r = jnp.where(inside(A), new - base + lp_new - prior(s.A_pop, s.lB_pop, s.lC_pop), -jnp.inf)
+    lp_new = _pop_prior(hp, pd, A_pop, s.lB_pop + delta[1], s.lC_pop + delta[2])
+    lp_old = _pop_prior(hp, pd, s.A_pop, s.lB_pop, s.lC_pop)
+    log_r = jnp.where(inside(A, A_r, A_pop), new - base + lp_new - lp_old, -jnp.inf)
     ok = jnp.log(noise.uniform()) < log_r
     s = _accept(
         ok,
@@ -782,6 +799,85 @@ def _population_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, 
     rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
     if adapt:  # aim at 30% accepted
         s = s._replace(log_pstep=jnp.clip(steps + 0.1 * (jnp.stack(rates) - 0.3), -6.0, 2.0))
+    return s
+
+
+def _ridge_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    """Step 8: every run along the ceiling's ridge at once, the levels above carried along.
+
+    A short window that ends before the rise fixes each curve near its last fitted compute
+    far better than it fixes ``A``: a higher ceiling reached later fits as well. With one
+    seed per recipe the pooled chains cross that ridge slowly *in common* (the mean over
+    runs of ``A``, ``log B`` and ``log C_mid``), one recipe's step at a time. This move adds
+    one offset to every ``log C_mid`` (then, in a second move, to every ``log B``) of the
+    runs, recipes and population, and rescales each curve's gain ``g = A - R0`` by
+    ``s / s'``, the ratio of its sigmoid's values at its last fitted compute before and
+    after, so that every curve keeps its level there; each recipe's ``A`` moves by the mean
+    move of its curves and the population's by the mean of its recipes'.
+
+    The map is its own inverse under the opposite offset (the offsets are symmetric), and
+    its Jacobian is triangular with diagonal ``s / s'`` (curves) and 1 (levels), so the
+    acceptance ratio is the posterior ratio times ``prod s / s'``. Proposals outside the
+    model's bounds (a curve's ``A`` outside ``(R0, 1)``, a recipe's or the population's
+    outside ``(0, 1)``) are rejected. Log steps are adapted in warm-up only.
+    """
+    d = pd.data
+    R0 = d.R0
+    log_c_last = jnp.max(jnp.where(d.mask & d.positive, d.log_c, -jnp.inf), -1)  # (curve,)
+    cell = pd.recipe * z.n_task + pd.task
+    n_cell = z.n_recipe * z.n_task
+    count = jnp.maximum(jax.ops.segment_sum(jnp.ones_like(s.A), cell, n_cell), 1.0)
+    sA_r, sA = s.sd[0], s.sd[1]
+
+    def s_last(lB, lC):
+        return jax.nn.sigmoid(jnp.exp(lB[pd.train]) * (log_c_last - lC[pd.train]))
+
+    def target(Ss, Sy, A, A_r, A_pop, lB_pop, lC_pop, trunc):
+        lp = jnp.sum(_curve_ll(pd, s.sigma, Ss, Sy, A, trunc))
+        lp -= 0.5 * jnp.sum((A - A_r[pd.recipe, pd.task]) ** 2) / sA**2
+        lp -= 0.5 * jnp.sum((A_r - A_pop[None]) ** 2) / sA_r**2
+        return lp + _pop_prior(hp, pd, A_pop, lB_pop, lC_pop)
+
+    base = target(s.Ss, s.Sy, s.A, s.A_r, s.A_pop, s.lB_pop, s.lC_pop, s.trunc)
+    rates = []
+    for m in range(2):  # 0: log B, 1: log C_mid
+        step = jnp.exp(s.log_rstep[m]) * noise.normal()
+        dB, dC = (step, 0.0) if m == 0 else (0.0, step)
+        lB, lC = s.lB + dB, s.lC + dC
+        ratio = s_last(s.lB, s.lC) / s_last(lB, lC)
+        A = R0 + ratio * (s.A - R0)
+        dA_r = (jax.ops.segment_sum(A - s.A, cell, n_cell) / count).reshape(z.n_recipe, z.n_task)
+        A_r, A_pop = s.A_r + dA_r, s.A_pop + dA_r.mean(0)
+        Ss, Sy = _sums(lB, lC, pd)
+        trunc = _log_trunc(A_r[pd.recipe, pd.task], sA, R0)
+        new = target(Ss, Sy, A, A_r, A_pop, s.lB_pop + dB, s.lC_pop + dC, trunc)
+        inside = (
+            jnp.all((A > R0) & (A < 1.0) & (ratio > 0.0))
+            & jnp.all(_level_inside(A_r))
+            & jnp.all(_level_inside(A_pop))
+        )
+        log_r = jnp.where(inside, new - base + jnp.sum(jnp.log(ratio)), -jnp.inf)
+        ok = jnp.log(noise.uniform()) < log_r
+        s = _accept(
+            ok,
+            s,
+            lB=lB,
+            lC=lC,
+            lB_r=s.lB_r + dB,
+            lC_r=s.lC_r + dC,
+            lB_pop=s.lB_pop + dB,
+            lC_pop=s.lC_pop + dC,
+            A=A,
+            A_r=A_r,
+            A_pop=A_pop,
+            Ss=Ss,
+            Sy=Sy,
+            trunc=trunc,
+        )
+        base = jnp.where(ok, new, base)
+        rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    if adapt:  # aim at 30% accepted
+        s = s._replace(log_rstep=jnp.clip(s.log_rstep + 0.1 * (jnp.stack(rates) - 0.3), -6.0, 1.0))
     return s
 
 
@@ -839,6 +935,7 @@ def _sweep(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, a
     for _ in range(N_SCALE):
         s = _scale_block(noise, s, pd, hp, adapt)
     s = _population_block(noise, s, pd, hp, z, adapt)
+    s = _ridge_block(noise, s, pd, hp, z, adapt)
     s = _levels_block(noise, s, pd, hp, z)
     return s, moved
 
@@ -881,6 +978,7 @@ def _init(key, pd: PoolData, hp: HierPriors, z: Sizes) -> PoolState:
         Sy,
         jnp.array([math.log(0.15)] * 3 + [0.0]),
         _log_trunc(A_r[pd.recipe, pd.task], sd[1], pd.data.R0),
+        jnp.full(2, math.log(0.1)),
     )
 
 
