@@ -23,7 +23,10 @@ invariant:
    the conjugate gamma proposal and a random-walk step in ``log sd``;
 7. **the population with everything below it**: a non-centred rescaling of each recipe
    spread (the recipes' deviations scaled, their seeds carried along) and a joint
-   translation of the population means with every recipe and seed.
+   translation of the population means with every recipe and seed;
+8. **every run along the ceiling's ridge** (:func:`_ridge_block`): one offset to every
+   ``log C_mid`` (then every ``log B``) with the levels above, each curve's gain rescaled to
+   keep its level at its last fitted compute.
 
 Steps 1, 2 and 4 are repeated twice more for the most weakly identified 35% of the
 recipes (:class:`WeakSet`), whose runs mix slowest, on their own data: about a quarter
