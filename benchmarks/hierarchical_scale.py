@@ -70,6 +70,12 @@ def _convergence(dt):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="100,500,2000")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="another study and sampler seed (0: the study of every table so far)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args()
     bs.use_all_cpu_cores()
@@ -79,7 +85,8 @@ def main() -> None:
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {jax.device_count()} JAX device(s) "
         f"({jax.default_backend()}); jax {jax.__version__}, bayes_scalerl {bs.__version__}.",
-        f"Command: `python benchmarks/hierarchical_scale.py --sizes {a.sizes}`",
+        f"Command: `python benchmarks/hierarchical_scale.py --sizes {a.sizes}"
+        + (f" --seed {a.seed}`" if a.seed else "`"),
         "",
         "Recipes of 5 seeds, 4 chains x 500 + 500, every timing after a warm-up fit of the same "
         "shapes (no compilation). `exact` = `discrepancy=False` (the independent exact fit is "
@@ -94,16 +101,17 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n in sizes:
-        warm = _runs(n, 1000 + n)
-        _timed(warm, discrepancy=False)
-        _timed(warm)
-        _timed(warm, model="hierarchical")
-        _timed(warm, model="hierarchical", discrepancy=False)
-        runs = _runs(n, n)
-        _, t_exact = _timed(runs, discrepancy=False)
-        _, t_default = _timed(runs)
-        _, t_hx = _timed(runs, model="hierarchical", discrepancy=False)
-        res, t_h = _timed(runs, model="hierarchical")
+        study = n + 100_000 * a.seed
+        warm = _runs(n, 1000 + study)
+        _timed(warm, discrepancy=False, seed=a.seed)
+        _timed(warm, seed=a.seed)
+        _timed(warm, model="hierarchical", seed=a.seed)
+        _timed(warm, model="hierarchical", discrepancy=False, seed=a.seed)
+        runs = _runs(n, study)
+        _, t_exact = _timed(runs, discrepancy=False, seed=a.seed)
+        _, t_default = _timed(runs, seed=a.seed)
+        _, t_hx = _timed(runs, model="hierarchical", discrepancy=False, seed=a.seed)
+        res, t_h = _timed(runs, model="hierarchical", seed=a.seed)
         r_max, ess_min, n_over, n_all, worst = _convergence(res.dt)
         div = int(res.dt["sample_stats"]["diverging"].values.sum())
         row = (
