@@ -26,7 +26,11 @@ invariant:
    translation of the population means with every recipe and seed;
 8. **every run along the ceiling's ridge** (:func:`_ridge_block`): one offset to every
    ``log C_mid`` (then every ``log B``) with the levels above, each curve's gain rescaled to
-   keep its level at its last fitted compute.
+   keep its level at its last fitted compute;
+9. **the split of each spread between seeds and recipes** (:func:`_split_block`): the
+   seed spread scaled, the recipe spread set to keep their total variance, and the level
+   of every recipe with one seed moved to keep that seed's standardised deviation (no
+   curve moves, so no pass over the data: it is repeated :data:`N_SPLIT` times a sweep).
 
 Steps 1, 2 and 4 are repeated twice more for the most weakly identified 35% of the
 recipes (:class:`WeakSet`), whose runs mix slowest, on their own data: about a quarter
@@ -79,6 +83,8 @@ WEAK_SHARE = 0.35
 #: Extra updates of steps 1, 2 and 4 per sweep for those recipes (:class:`WeakSet`).
 WEAK_SWEEPS = 2
 
+#: Moves of the seed/recipe split of each spread per sweep (:func:`_split_block`).
+N_SPLIT = 4
 #: Names of the six spreads, in the order of :attr:`PoolState.sd`.
 SD_NAMES = ("A_recipe_sd", "A_seed_sd", "B_recipe_sd", "B_seed_sd", "C_mid_recipe_sd", "C_mid_seed_sd")
 
@@ -247,6 +253,7 @@ class PoolState(NamedTuple):
     log_pstep: jax.Array  # (4,) log steps of step 7 (A, B, C_mid recipe spreads; translation)
     trunc: jax.Array  # (curve,) log mass on (R0, 1) of each curve's A prior (_log_trunc): kept current
     log_rstep: jax.Array  # (2,) log steps of the ridge moves in log B and log C_mid, adapted in warm-up
+    log_vstep: jax.Array  # (3,) log steps of the seed/recipe split moves of A, B, C_mid, adapted in warm-up
 
 
 def pool_data(
@@ -884,6 +891,85 @@ def _ridge_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Si
     return s
 
 
+def _split_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
+    """Step 9: how each spread divides between seeds and recipes, no curve moved.
+
+    With one seed per recipe (a common sweep: every variant run once) the data fix each
+    run's deviation from the population, not how much of it is the recipe's and how much
+    the seed's; the centred updates of steps 5 and 6 then trade the two spreads one small
+    step at a time. For ``A``, ``log B`` and ``log C_mid`` in turn this move scales the seed
+    spread by ``c = exp(eps)``, sets the recipe spread to keep the sum of their variances,
+    and moves the level of each recipe (each ``(recipe, task)`` cell for ``A``) with exactly
+    one seed so that the seed's deviation from it scales by ``c`` too (its standardised
+    deviation unchanged); recipes with several seeds keep their levels. Runs and curves do
+    not move, so the likelihood does not change and the move costs no pass over the data.
+
+    In log-spread coordinates the map is its own inverse under ``-eps``, with a triangular
+    Jacobian ``c^m (s_r / s_r')^2`` for ``m`` moved levels. Proposals that leave no
+    variance to the recipes or put a recipe's ceiling outside ``(0, 1)`` are rejected. Log
+    steps are adapted in warm-up only.
+    """
+    R0 = pd.data.R0
+    rt = pd.train_recipe
+    scales = _sd_scales(hp)
+    cell = pd.recipe * z.n_task + pd.task
+    n_cell = z.n_recipe * z.n_task
+    shape = (z.n_recipe, z.n_task)
+    n_curve = s.A.shape[0]
+    one_cell = (jax.ops.segment_sum(jnp.ones_like(s.A), cell, n_cell) == 1).reshape(shape)
+    A_one = jax.ops.segment_sum(s.A, cell, n_cell).reshape(shape)  # the one curve's A, where one
+    one_rec = jax.ops.segment_sum(jnp.ones_like(s.lB), rt, z.n_recipe) == 1
+
+    def split(eps, sd_r, sd_s, level, seed_value, one):
+        """The proposal: new spreads, new levels, log Jacobian, and whether it is valid."""
+        sd_s2 = sd_s * jnp.exp(eps)
+        rest = sd_r**2 + sd_s**2 - sd_s2**2
+        sd_r2 = jnp.sqrt(jnp.maximum(rest, 1e-300))
+        level2 = jnp.where(one, seed_value - jnp.exp(eps) * (seed_value - level), level)
+        log_j = jnp.sum(one) * eps + 2.0 * (jnp.log(sd_r) - jnp.log(sd_r2))
+        return sd_r2, sd_s2, level2, log_j, rest > 0.0
+
+    def lp_A(A_r, sd_r, sd_s, trunc):
+        seeds = -0.5 * jnp.sum((s.A - A_r[pd.recipe, pd.task]) ** 2) / sd_s**2 - n_curve * jnp.log(sd_s)
+        recipes = -0.5 * jnp.sum((A_r - s.A_pop[None]) ** 2) / sd_r**2 - n_cell * jnp.log(sd_r)
+        return seeds - jnp.sum(trunc) + recipes + _hn(sd_s, scales[1]) + _hn(sd_r, scales[0])
+
+    def lp_log(x, x_r, x_pop, sd_r, sd_s, i_r):
+        seeds = -0.5 * jnp.sum((x - x_r[rt]) ** 2) / sd_s**2 - z.n_train * jnp.log(sd_s)
+        recipes = -0.5 * jnp.sum((x_r - x_pop) ** 2) / sd_r**2 - z.n_recipe * jnp.log(sd_r)
+        return seeds + recipes + _hn(sd_s, scales[i_r + 1]) + _hn(sd_r, scales[i_r])
+
+    rates = []
+    # A: the recipe ceilings of one-seed cells, and each curve's truncation mass
+    eps = jnp.exp(s.log_vstep[0]) * noise.normal()
+    sd_r2, sd_s2, A_r2, log_j, valid = split(eps, s.sd[0], s.sd[1], s.A_r, A_one, one_cell)
+    trunc2 = _log_trunc(A_r2[pd.recipe, pd.task], sd_s2, R0)
+    log_r = lp_A(A_r2, sd_r2, sd_s2, trunc2) - lp_A(s.A_r, s.sd[0], s.sd[1], s.trunc) + log_j
+    log_r = jnp.where(valid & jnp.all(_level_inside(A_r2)), log_r, -jnp.inf)
+    ok = jnp.log(noise.uniform()) < log_r
+    s = _accept(ok, s, A_r=A_r2, sd=s.sd.at[0].set(sd_r2).at[1].set(sd_s2), trunc=trunc2)
+    rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    # log B, then log C_mid: the recipe levels of one-seed recipes
+    for m, i_r in ((1, 2), (2, 4)):
+        x, x_r, x_pop = (s.lB, s.lB_r, s.lB_pop) if m == 1 else (s.lC, s.lC_r, s.lC_pop)
+        x_one = jax.ops.segment_sum(x, rt, z.n_recipe)
+        eps = jnp.exp(s.log_vstep[m]) * noise.normal()
+        sd_r2, sd_s2, x_r2, log_j, valid = split(eps, s.sd[i_r], s.sd[i_r + 1], x_r, x_one, one_rec)
+        log_r = (
+            lp_log(x, x_r2, x_pop, sd_r2, sd_s2, i_r)
+            - lp_log(x, x_r, x_pop, s.sd[i_r], s.sd[i_r + 1], i_r)
+            + log_j
+        )
+        log_r = jnp.where(valid, log_r, -jnp.inf)
+        ok = jnp.log(noise.uniform()) < log_r
+        levels = {"lB_r": x_r2} if m == 1 else {"lC_r": x_r2}
+        s = _accept(ok, s, sd=s.sd.at[i_r].set(sd_r2).at[i_r + 1].set(sd_s2), **levels)
+        rates.append(jnp.minimum(jnp.exp(log_r), 1.0))
+    if adapt:  # aim at 30% accepted
+        s = s._replace(log_vstep=jnp.clip(s.log_vstep + 0.1 * (jnp.stack(rates) - 0.3), -6.0, 1.0))
+    return s
+
+
 def _weak_block(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, adapt: bool):
     """Steps 1, 2 and 4 again, :data:`WEAK_SWEEPS` times, for the recipes of ``pd.weak`` only.
 
@@ -940,6 +1026,7 @@ def _sweep(noise: Noise, s: PoolState, pd: PoolData, hp: HierPriors, z: Sizes, a
     s = _population_block(noise, s, pd, hp, z, adapt)
     s = _ridge_block(noise, s, pd, hp, z, adapt)
     s = _levels_block(noise, s, pd, hp, z)
+    s = noise.repeat(lambda nz, c: _split_block(nz, c, pd, hp, z, adapt), s, N_SPLIT)
     return s, moved
 
 
@@ -982,6 +1069,7 @@ def _init(key, pd: PoolData, hp: HierPriors, z: Sizes) -> PoolState:
         jnp.array([math.log(0.15)] * 3 + [0.0]),
         _log_trunc(A_r[pd.recipe, pd.task], sd[1], pd.data.R0),
         jnp.full(2, math.log(0.1)),
+        jnp.full(3, math.log(0.2)),
     )
 
 
