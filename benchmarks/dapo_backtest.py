@@ -37,12 +37,19 @@ COLUMNS = ["method", "n_runs", "n_points", "coverage50", "coverage90", "width90"
 
 
 def run(
-    data: Path, fractions: Sequence[float], gpus: float, seed: int, priors: bs.Priors | None = None
+    data: Path,
+    fractions: Sequence[float],
+    gpus: float,
+    seed: int,
+    priors: bs.Priors | None = None,
+    discrepancy: bs.Discrepancy | None = None,
 ) -> pd.DataFrame:
     """Scores of every method at every fraction (one row per fraction and method)."""
     runs = bs.read_any(data, format="verl", metric=[METRIC], gpus=gpus)
     rows = []
     kw = {"progress": False} | ({"priors": priors} if priors is not None else {})
+    if discrepancy is not None:
+        kw["discrepancy"] = discrepancy
     for f in fractions:
         t0 = time.perf_counter()
         bt = bs.backtest(runs, fraction=f, seed=seed, fit_kwargs=kw)
@@ -82,13 +89,22 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         default="auto",
         help="with --likelihood ar1: rho fixed at this value, 'auto' (default) or 'sampled'",
     )
+    p.add_argument(
+        "--ratio",
+        default=None,
+        help="the discrepancy's refit ratio(s), comma-separated (default: bs.Discrepancy()'s)",
+    )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
     rho = {"auto": "auto", "sampled": None}.get(a.rho, a.rho)
     priors = bs.Priors(likelihood=a.likelihood, rho=rho if rho in ("auto", None) else float(rho))
     t0 = time.perf_counter()
-    scores = run(a.data, fractions, a.gpus, a.seed, priors)
+    disc = None
+    if a.ratio:
+        r = tuple(float(x) for x in a.ratio.split(","))
+        disc = bs.Discrepancy(ratio=r[0] if len(r) == 1 else r)
+    scores = run(a.data, fractions, a.gpus, a.seed, priors, disc)
     import jax
     import numpyro
 
@@ -107,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "compute <= fraction x its largest compute (4 chains x 500 + 500), every later evaluation scored. "
         f"`bayes`: the fit's predictive (likelihood {a.likelihood}"
         + (f", rho {a.rho}" if a.likelihood == "ar1" else "")
-        + ", calibrated discrepancy); `gaussian`: version 0.1's default (exact sigmoid, independent "
+        + ", calibrated discrepancy"
+        + (f", refit ratio {a.ratio}" if a.ratio else "")
+        + "); `gaussian`: version 0.1's default (exact sigmoid, independent "
         "Gaussian noise), fitted beside it; `ls`: the paper's least-squares point fit; "
         "`boot`: its residual bootstrap.",
         "",
