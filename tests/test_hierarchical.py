@@ -511,3 +511,57 @@ def test_pooled_chains_of_a_large_study_warm_up_for_half_the_configured_draws():
     for n in (10, 32, 100, 133):
         assert sweeps_per_draw(n) > THIN and pooled_warmup(500, n) == 500
     assert sweeps_per_draw(134) == THIN and pooled_warmup(500, 134) == 250
+
+
+def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, monkeypatch, keep_programs):
+    """A fit whose pooled chains fail the check continues them: the result keeps every second
+    draw of both passes (the first pass's draws 2, 4, ... lead it, unchanged), has the
+    first pass's shape, says so in its settings, and reuses the compiled programs (no new
+    trace). Without a retry the chains do not run on. (The settings of the two-device test
+    above: its programs are reused.)"""
+    from bayes_scalerl.models import pooling as P
+    from bayes_scalerl.posterior import hierarchy
+
+    kw = dict(min_compute=1500, model="hierarchical", seed=4, chains=4, warmup=60, samples=60)
+    kw |= dict(discrepancy=False, log_likelihood=False, n_devices=1)
+    monkeypatch.setattr(hierarchy, "pooled_fails", lambda rec: False)
+    plain = bs.fit(study[1], **kw)
+    traces = (P._warm_chains._cache_size(), P._draw_chains._cache_size())
+    seen = []
+    monkeypatch.setattr(hierarchy, "pooled_fails", lambda rec: seen.append(rec) or True)
+    ran_on = bs.fit(study[1], **kw)
+    assert (P._warm_chains._cache_size(), P._draw_chains._cache_size()) == traces
+    assert len(seen) == 1
+    assert plain.settings["pool_passes"] == 1 and ran_on.settings["pool_passes"] == 2
+    for name in ("A", "C_mid", "A_recipe", "A_pop", "B_seed_sd"):
+        a, b = plain.dt["posterior"][name].values, ran_on.dt["posterior"][name].values
+        assert a.shape == b.shape, name
+        np.testing.assert_array_equal(b[:, :30], a[:, 1::2], err_msg=name)
+        assert not np.array_equal(b[:, 30:], a[:, 1::2]), name  # the second pass moved on
+    moved = ran_on.dt["sample_stats"]["pool_moved"].values
+    assert moved.shape == plain.dt["sample_stats"]["pool_moved"].values.shape
+    assert bs.fit(study[1], retry=False, **kw).settings["pool_passes"] == 1
+
+
+def test_the_pooled_check_fails_on_chains_that_disagree_or_barely_move():
+    """``pooled_fails``: independent normal draws pass; one chain shifted by half a sd, or a
+    variable whose chains barely move, fail. ``thin_record`` keeps every second draw and
+    averages ``moved`` over the draws behind each kept one."""
+    from bayes_scalerl.models.pooling import thin_record
+    from bayes_scalerl.posterior.hierarchy import pooled_fails
+
+    rng = np.random.default_rng(0)
+    ok = {
+        "A": rng.normal(size=(4, 500, 30)),
+        "B_pop": rng.normal(size=(4, 500)),
+        "moved": np.zeros((4, 500, 3)),
+    }
+    assert not pooled_fails(ok)
+    assert pooled_fails({**ok, "B_pop": ok["B_pop"] + np.array([0.5, 0, 0, 0])[:, None]})
+    walk = np.cumsum(rng.normal(size=(4, 500)), axis=1) * 0.01 + rng.normal(size=(4, 1))
+    assert pooled_fails({**ok, "B_pop": walk})
+    first = {"A": np.arange(8.0).reshape(1, 8), "moved": np.arange(8.0).reshape(1, 8, 1)}
+    second = {"A": 10 + first["A"], "moved": 10 + first["moved"]}
+    out = thin_record([first, second], 2)
+    np.testing.assert_array_equal(out["A"], [[1, 3, 5, 7, 11, 13, 15, 17]])
+    np.testing.assert_array_equal(out["moved"][..., 0], [[0.5, 2.5, 4.5, 6.5, 10.5, 12.5, 14.5, 16.5]])

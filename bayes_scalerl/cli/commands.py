@@ -594,6 +594,12 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
             "sampled again at target_accept 0.99 with twice the draws, thinned back (they failed the "
             f"convergence checks at first; column retried of diagnostics.csv): {_listing(again)}"
         )
+    passes = result.settings.get("pool_passes", 1)
+    if passes > 1:
+        print(
+            f"pooled chains ran {passes} times as long, one draw in {passes} kept (a parameter failed the "
+            "convergence checks after the first pass)"
+        )
     if bad:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {_listing(bad)}")
     else:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -68,6 +69,7 @@ __all__ = [
     "Noise",
     "pool_data",
     "sample_pooled",
+    "thin_record",
     "chain_layout",
     "SD_NAMES",
 ]
@@ -1089,30 +1091,64 @@ def _record(s: PoolState, pd: PoolData) -> dict:
     }
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
-def _run_chains(keys, pd, hp, z, warmup, samples, thin):
-    """One group of chains (one per key), vmapped."""
+def _thinned(s: PoolState, key, pd: PoolData, hp: HierPriors, z: Sizes, thin: int, adapt: bool):
+    """``thin`` sweeps from ``s``; the last state, its record and the share of sweeps each run moved."""
+    sizes = Noise.sizes(lambda noise, s: _sweep(noise, s, pd, hp, z, False), s)
 
-    def run_chain(k, pd):
+    def one(c, pools):
+        s1, moved = _sweep(Noise(*pools), c[0], pd, hp, z, adapt)
+        return (s1, c[1] + moved), None
+
+    (s, moved), _ = jax.lax.scan(one, (s, jnp.zeros(z.n_train)), Noise.pools(key, sizes, thin))
+    return s, (_record(s, pd), moved / thin)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+def _warm_chains(keys, pd, hp, z, warmup, thin):
+    """One group of chains (one per key), vmapped: their start and warm-up; the states reached."""
+
+    def warm(k, pd):
         k_init, k_run = jax.random.split(k)
         s0 = _init(k_init, pd, hp, z)
-        sizes = Noise.sizes(lambda noise, s: _sweep(noise, s, pd, hp, z, False), s0)
-
-        def thinned(s, kk, adapt):
-            def one(c, pools):
-                s1, moved = _sweep(Noise(*pools), c[0], pd, hp, z, adapt)
-                return (s1, c[1] + moved), None
-
-            (s, moved), _ = jax.lax.scan(one, (s, jnp.zeros(z.n_train)), Noise.pools(kk, sizes, thin))
-            return s, (_record(s, pd), moved / thin)
-
         keys_w = jax.random.split(jax.random.fold_in(k_run, 0), warmup)
-        s, _ = jax.lax.scan(lambda c, kk: thinned(c, kk, True), s0, keys_w)
-        keys_s = jax.random.split(jax.random.fold_in(k_run, 1), samples)
-        _, (rec, moved) = jax.lax.scan(lambda c, kk: thinned(c, kk, False), s, keys_s)
-        return {**rec, "moved": moved}
+        s, _ = jax.lax.scan(lambda c, kk: _thinned(c, kk, pd, hp, z, thin, True), s0, keys_w)
+        return s
 
-    return jax.vmap(run_chain, in_axes=(0, None))(keys, pd)
+    return jax.vmap(warm, in_axes=(0, None))(keys, pd)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
+def _draw_chains(keys, states, pd, hp, z, samples, thin, stream):
+    """``samples`` kept draws of a group of chains from ``states``; the records and the states reached.
+
+    ``stream`` (traced: every pass is the same program) picks the pass's random numbers:
+    1 for the first pass after the warm-up, 2, 3, ... for the passes that extend it.
+    """
+
+    def draw(k, s, pd):
+        _, k_run = jax.random.split(k)
+        keys_s = jax.random.split(jax.random.fold_in(k_run, stream), samples)
+        s, (rec, moved) = jax.lax.scan(lambda c, kk: _thinned(c, kk, pd, hp, z, thin, False), s, keys_s)
+        return {**rec, "moved": moved}, s
+
+    return jax.vmap(draw, in_axes=(0, 0, None))(keys, states, pd)
+
+
+def thin_record(passes: list[dict], thin: int) -> dict[str, np.ndarray]:
+    """Every ``thin``-th draw of consecutive passes of the same chains (arrays (chain, draw, ...)).
+
+    The passes are joined along the draw axis; ``moved`` (a share of sweeps) is averaged
+    over the ``thin`` draws behind each kept one, every other array is the kept draw's.
+    """
+    out = {}
+    for k in passes[0]:
+        v = np.concatenate([np.asarray(p[k]) for p in passes], axis=1)
+        n = v.shape[1] // thin
+        if k == "moved":
+            out[k] = v[:, : n * thin].reshape(v.shape[:1] + (n, thin) + v.shape[2:]).mean(axis=2)
+        else:
+            out[k] = v[:, thin - 1 :: thin][:, :n]
+    return out
 
 
 def chain_layout(chains: int, n_devices: int | None = None) -> tuple[int, int]:
@@ -1150,38 +1186,80 @@ def sample_pooled(
     samples: int = 500,
     thin: int = 2,
     n_devices: int | None = None,
+    more: Callable[[dict], bool] | None = None,
+    more_thin: int = 2,
 ) -> dict[str, np.ndarray]:
     """``chains`` chains of ``(warmup + samples) * thin`` sweeps, every ``thin``-th kept.
 
     The chains are split over the local devices (:func:`chain_layout`; ``n_devices`` caps
     them); on a CPU each chain's draws do not depend on the split.
 
+    Parameters
+    ----------
+    key : jax.Array
+        The chains' key.
+    pd, hp
+        The data (:func:`pool_data`) and the priors.
+    chains, warmup, samples, thin : int
+        Chains; warm-up and kept draws per chain, ``thin`` sweeps each.
+    n_devices : int, optional
+        At most this many local devices (default: all).
+    more : callable, optional
+        Called with the draws; when it returns ``True`` the chains run on from where they
+        stopped for ``more_thin - 1`` times as many draws again, and every ``more_thin``-th
+        draw of the whole is kept (the same number of draws, each ``more_thin`` times as
+        many sweeps apart: the thinned chain is a Markov chain of the same posterior). The
+        fit passes its convergence check. Same programs, no new compilation.
+    more_thin : int
+        See ``more``.
+
     Returns
     -------
     dict of str to ndarray
         Curve-level ``A, B, C_mid, sigma`` (chain, draw, curve), ``A_recipe`` (chain,
         draw, recipe, task), ``B_recipe, C_mid_recipe`` (chain, draw, recipe), ``A_pop``
-        (chain, draw, task), the other population means and the spreads (chain, draw), and
+        (chain, draw, task), the other population means and the spreads (chain, draw),
         ``moved`` (chain, draw, training run: the share of sweeps since the last kept draw
-        in which the run's ``(B, C_mid)`` moved).
+        in which the run's ``(B, C_mid)`` moved) and ``passes`` (0-d: how many passes of
+        ``samples`` draws the chains ran, 1 unless ``more`` asked for more).
     """
     z = Sizes(int(pd.prop_mean.shape[0]), int(pd.step.shape[0]), int(jnp.max(pd.task)) + 1)
     n_dev, width = chain_layout(int(chains), n_devices)
     devices = jax.local_devices()[:n_dev]
     keys = jax.random.split(key, int(chains)).reshape(int(chains) // width, width)
-    args = (hp, z, int(warmup), int(samples), int(thin))
+    n_groups = len(keys)
 
-    def on_device(d: int) -> list[dict]:  # this device's groups, in turn
-        dev = devices[d]
-        with runtime.x64():  # x64 is thread-local: each thread sets it
-            pd_d = jax.device_put(pd, dev)
-            out = [_run_chains(jax.device_put(keys[g], dev), pd_d, *args) for g in range(d, len(keys), n_dev)]
-            return [{k: np.asarray(v) for k, v in o.items()} for o in out]
+    def one_pass(stream: int, states: list | None) -> tuple[dict, list]:
+        def on_device(d: int) -> list[tuple[dict, PoolState]]:  # this device's groups, in turn
+            dev = devices[d]
+            with runtime.x64():  # x64 is thread-local: each thread sets it
+                pd_d = jax.device_put(pd, dev)
+                out = []
+                for g in range(d, n_groups, n_dev):
+                    k_g = jax.device_put(keys[g], dev)
+                    if states is None:
+                        s = _warm_chains(k_g, pd_d, hp, z, int(warmup), int(thin))
+                    else:
+                        s = states[g]
+                    rec, s = _draw_chains(k_g, s, pd_d, hp, z, int(samples), int(thin), stream)
+                    out.append(({k: np.asarray(v) for k, v in rec.items()}, s))
+                return out
 
-    if n_dev == 1:
-        per_device = [on_device(0)]
-    else:  # one host thread per device (XLA releases the GIL while it runs)
-        with ThreadPoolExecutor(max_workers=n_dev) as pool:
-            per_device = list(pool.map(on_device, range(n_dev)))
-    outs = [per_device[g % n_dev][g // n_dev] for g in range(len(keys))]
-    return {k: np.concatenate([np.asarray(o[k]) for o in outs]) for k in outs[0]}
+        if n_dev == 1:
+            per_device = [on_device(0)]
+        else:  # one host thread per device (XLA releases the GIL while it runs)
+            with ThreadPoolExecutor(max_workers=n_dev) as pool:
+                per_device = list(pool.map(on_device, range(n_dev)))
+        outs = [per_device[g % n_dev][g // n_dev] for g in range(n_groups)]
+        rec = {k: np.concatenate([o[0][k] for o in outs]) for k in outs[0][0]}
+        return rec, [o[1] for o in outs]
+
+    rec, states = one_pass(1, None)
+    passes = [rec]
+    if more is not None and int(more_thin) > 1 and more(rec):
+        for stream in range(2, int(more_thin) + 1):
+            r, states = one_pass(stream, states)
+            passes.append(r)
+        rec = thin_record(passes, int(more_thin))
+    rec["passes"] = np.asarray(len(passes))
+    return rec

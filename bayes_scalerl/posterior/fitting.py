@@ -164,7 +164,10 @@ def fit(
         draws, thinned back (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
         ``()``; see :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
         failed (``Retry(max_share=...)`` caps it). ``False``/``None``: never. The ``retried`` column of
-        :meth:`FitResult.diagnostics` says which runs were.
+        :meth:`FitResult.diagnostics` says which runs were. With ``model="hierarchical"``
+        the pooled chains, when any parameter at any level fails the check, run on for
+        ``Retry.thin - 1`` times their draws again, every ``thin``-th kept; the settings'
+        ``pool_passes`` is then ``thin`` (1 otherwise).
 
     Returns
     -------
@@ -263,6 +266,7 @@ def fit(
             {**engine_kw, "checkpoint_dir": checkpoint_dir, "retry": retry},
         )
         post, extra = hf["post"], dict(hf["extra_posterior"])
+        settings = {**settings, "pool_passes": hf["pool_passes"]}
         fitted_post = post
         constants = {"retried": hf["retried"]}
         if discrepancy is not None:

@@ -22,7 +22,15 @@ from ..models.hierarchical import HYPER_VARS, HierIndex, HierPriors
 from ..models.pooling import pool_data, sample_pooled
 from ..models.sigmoid import SigmoidModel
 
-__all__ = ["sample_two_stage", "sweeps_per_draw", "pooled_warmup", "THIN", "SMALL_STUDY", "POOL_WARMUP_SHARE"]
+__all__ = [
+    "sample_two_stage",
+    "pooled_fails",
+    "sweeps_per_draw",
+    "pooled_warmup",
+    "THIN",
+    "SMALL_STUDY",
+    "POOL_WARMUP_SHARE",
+]
 
 #: Gibbs sweeps per kept draw (at least).
 THIN = 4
@@ -66,6 +74,24 @@ def pooled_warmup(warmup: int, n_train: int) -> int:
     return max(1, int(round(POOL_WARMUP_SHARE * int(warmup))))
 
 
+def pooled_fails(rec: dict[str, np.ndarray]) -> bool:
+    """Whether the pooled chains fail the convergence check on any parameter at any level.
+
+    The check of :func:`~bayes_scalerl.posterior.run_diagnostics`: R-hat above 1.01 or bulk
+    ESS below 100 (NaN, a variable that does not move, passes). ``rec`` is
+    :func:`~bayes_scalerl.models.pooling.sample_pooled`'s record, arrays (chain, draw, ...).
+    """
+    from .diagnostics import ESS_MIN, RHAT_MAX, convergence
+
+    for name, v in rec.items():
+        if name in ("moved", "passes"):
+            continue
+        c = convergence(v)
+        if np.any(c["r_hat"] > RHAT_MAX) or np.any(c["ess_bulk"] < ESS_MIN):
+            return True
+    return False
+
+
 def _levels(rec: dict, idx: HierIndex) -> tuple[dict, dict]:
     """Recipe- and population-level posterior variables, with their dims and coordinates."""
     one_task = len(idx.tasks) == 1
@@ -99,7 +125,12 @@ def sample_two_stage(
 
     The pooled chains run ``(pooled_warmup(config.warmup, n) + config.samples) * k`` sweeps
     each and keep every ``k``-th of the sampling sweeps (``k`` from :func:`sweeps_per_draw`),
-    so they have the independent fit's shape.
+    so they have the independent fit's shape. With a retry (``engine_kw["retry"]``, a
+    :class:`~bayes_scalerl.engine.retry.Retry`) the pooled chains that fail the convergence
+    check (:func:`pooled_fails`) run on for ``retry.thin - 1`` times as many draws again and
+    keep every ``retry.thin``-th draw of the whole, as the independent fits' retry does
+    for a failing run; here the chains are continued, not restarted (their warm-up and
+    adaptation stand).
 
     Returns
     -------
@@ -107,9 +138,12 @@ def sample_two_stage(
         ``post`` (curve-level ``A, B, C_mid, sigma``, each (run, chain, draw)),
         ``extra_posterior`` and ``extra_coords`` (recipe and population levels), ``stats``
         (the independent fits' sampler statistics, per run) and ``extra_stats``
-        (``pool_moved``: the share of sweeps in which each run's ``B, C_mid`` moved).
+        (``pool_moved``: the share of sweeps in which each run's ``B, C_mid`` moved),
+        ``retried`` (per run, the independent fits') and ``pool_passes`` (1, or
+        ``retry.thin`` when the pooled chains ran on).
     """
     k1, k2 = jax.random.split(key)
+    retry = engine_kw.get("retry")
     draws, retried = sample_retrying(k1, window, model, config, **engine_kw)
     n_runs = window.reward.shape[0]
 
@@ -128,6 +162,8 @@ def sample_two_stage(
             samples=config.samples,
             thin=sweeps_per_draw(len(idx.training_runs)),
             n_devices=engine_kw.get("n_devices"),
+            more=None if retry is None else pooled_fails,
+            more_thin=1 if retry is None else retry.thin,
         )
     post = {k: np.moveaxis(rec[k], -1, 0) for k in ("A", "B", "C_mid", "sigma")}  # run, chain, draw
     extra, coords = _levels(rec, idx)
@@ -139,4 +175,5 @@ def sample_two_stage(
         "stats": {k: np.asarray(draws[k]) for k in STATS},
         "extra_stats": {"pool_moved": (("chain", "draw", "run"), moved)},
         "retried": retried,
+        "pool_passes": int(rec["passes"]),
     }
