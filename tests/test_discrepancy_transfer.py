@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
+from conftest import benchmark_module
 
 from bayes_scalerl.models.discrepancy import SCALE_GRID
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _module():
-    path = ROOT / "benchmarks" / "discrepancy_transfer.py"
-    spec = importlib.util.spec_from_file_location("discrepancy_transfer_benchmark", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("discrepancy_transfer")
 
 
 def _points(rng, n_runs, per_run, scale):

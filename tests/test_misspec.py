@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import benchmark_module
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses import misspec as ms
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Parameters each family uses besides A and the discrepancy's.
 USED = {
     "sigmoid": {"B", "C_mid"},
@@ -27,12 +23,7 @@ USED = {
 
 
 def _benchmark_module():
-    path = ROOT / "benchmarks" / "misspecification.py"
-    spec = importlib.util.spec_from_file_location("misspecification_benchmark", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("misspecification")
 
 
 # ---------------------------------------------------------------------- generators

@@ -114,7 +114,8 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--no-retry",
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (by default they are "
-        "sampled once more at target_accept 0.99 with twice the draws)",
+        "sampled once more at target_accept 0.99 with twice the draws; with --model hierarchical, "
+        "pooled chains that fail them run on for as many draws again)",
     )
     p.add_argument(
         "--likelihood",
