@@ -514,11 +514,12 @@ def test_pooled_chains_of_a_large_study_warm_up_for_half_the_configured_draws():
 
 
 def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, monkeypatch, keep_programs):
-    """A fit whose pooled chains fail the check continues them: the result keeps every second
-    draw of both passes (the first pass's draws 2, 4, ... lead it, unchanged), has the
-    first pass's shape, says so in its settings, and reuses the compiled programs (no new
-    trace). Without a retry the chains do not run on. (The settings of the two-device test
-    above: its programs are reused.)"""
+    """A fit whose pooled chains fail the check continues them a pass at a time until the
+    check passes, up to ``Retry.max_pool_passes`` (4): after ``p`` passes the result keeps
+    every ``p``-th draw (the first pass's draws ``p``, ``2p``, ... lead it, unchanged), has
+    the first pass's shape, says so in its settings, and reuses the compiled programs (no
+    new trace). Without a retry the chains do not run on. (The settings of the two-device
+    test above: its programs are reused.)"""
     from bayes_scalerl.models import pooling as P
     from bayes_scalerl.posterior import hierarchy
 
@@ -528,25 +529,32 @@ def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, mo
     plain = bs.fit(study[1], **kw)
     traces = (P._warm_chains._cache_size(), P._draw_chains._cache_size())
     seen = []
+    monkeypatch.setattr(hierarchy, "pooled_fails", lambda rec: seen.append(rec) or len(seen) < 2)
+    twice = bs.fit(study[1], **kw)  # fails after the first pass, passes after the second
+    assert len(seen) == 2
+    seen.clear()
     monkeypatch.setattr(hierarchy, "pooled_fails", lambda rec: seen.append(rec) or True)
-    ran_on = bs.fit(study[1], **kw)
+    most = bs.fit(study[1], **kw)  # fails every time: stops at 4 passes
+    assert len(seen) == 3
     assert (P._warm_chains._cache_size(), P._draw_chains._cache_size()) == traces
-    assert len(seen) == 1
-    assert plain.settings["pool_passes"] == 1 and ran_on.settings["pool_passes"] == 2
+    assert [r.settings["pool_passes"] for r in (plain, twice, most)] == [1, 2, 4]
     for name in ("A", "C_mid", "A_recipe", "A_pop", "B_seed_sd"):
-        a, b = plain.dt["posterior"][name].values, ran_on.dt["posterior"][name].values
-        assert a.shape == b.shape, name
-        np.testing.assert_array_equal(b[:, :30], a[:, 1::2], err_msg=name)
-        assert not np.array_equal(b[:, 30:], a[:, 1::2]), name  # the second pass moved on
-    moved = ran_on.dt["sample_stats"]["pool_moved"].values
+        a = plain.dt["posterior"][name].values
+        for res, p in ((twice, 2), (most, 4)):
+            b = res.dt["posterior"][name].values
+            assert a.shape == b.shape, name
+            np.testing.assert_array_equal(b[:, : 60 // p], a[:, p - 1 :: p], err_msg=name)
+            assert not np.array_equal(b[:, 60 // p :], a[:, : 60 - 60 // p]), name  # later passes moved on
+    moved = most.dt["sample_stats"]["pool_moved"].values
     assert moved.shape == plain.dt["sample_stats"]["pool_moved"].values.shape
     assert bs.fit(study[1], retry=False, **kw).settings["pool_passes"] == 1
+    assert bs.fit(study[1], retry=bs.Retry(max_pool_passes=1), **kw).settings["pool_passes"] == 1
 
 
 def test_the_pooled_check_fails_on_chains_that_disagree_or_barely_move():
     """``pooled_fails``: independent normal draws pass; one chain shifted by half a sd, or a
-    variable whose chains barely move, fail. ``thin_record`` keeps every second draw and
-    averages ``moved`` over the draws behind each kept one."""
+    variable whose chains barely move, fail. ``thin_record`` keeps every second (third) draw
+    and averages ``moved`` over the draws behind each kept one."""
     from bayes_scalerl.models.pooling import thin_record
     from bayes_scalerl.posterior.hierarchy import pooled_fails
 
@@ -565,3 +573,6 @@ def test_the_pooled_check_fails_on_chains_that_disagree_or_barely_move():
     out = thin_record([first, second], 2)
     np.testing.assert_array_equal(out["A"], [[1, 3, 5, 7, 11, 13, 15, 17]])
     np.testing.assert_array_equal(out["moved"][..., 0], [[0.5, 2.5, 4.5, 6.5, 10.5, 12.5, 14.5, 16.5]])
+    third = {"A": 20 + first["A"], "moved": 20 + first["moved"]}
+    out = thin_record([first, second, third], 3)
+    np.testing.assert_array_equal(out["A"], [[2, 5, 10, 13, 16, 21, 24, 27]])

@@ -115,7 +115,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (by default they are "
         "sampled once more at target_accept 0.99 with twice the draws; with --model hierarchical, "
-        "pooled chains that fail them run on for as many draws again)",
+        "pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
     )
     p.add_argument(
         "--likelihood",
@@ -599,7 +599,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     if passes > 1:
         print(
             f"pooled chains ran {passes} times as long, one draw in {passes} kept (a parameter failed the "
-            "convergence checks after the first pass)"
+            "convergence checks after each pass before; settings: pool_passes)"
         )
     if bad:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {_listing(bad)}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -40,7 +41,7 @@ import numpy as np
 from .driver import sample_window
 from .program import STATS, SamplerConfig
 
-__all__ = ["Retry", "failing_runs", "sample_retrying", "thin_draws"]
+__all__ = ["Retry", "every_kth", "failing_runs", "sample_retrying", "thin_draws"]
 
 logger = logging.getLogger("bayes_scalerl")
 
@@ -64,11 +65,16 @@ class Retry(NamedTuple):
         failed). Lower it to cap the cost of the second attempt: a batch whose runs fail
         by the dozen then reports them as they are, for a longer fit (``warmup``,
         ``samples``) to settle.
+    max_pool_passes : int
+        The hierarchical model's pooled chains, when any parameter fails the check, run
+        on one pass of draws at a time, up to this many passes in all, every ``p``-th draw
+        of the ``p`` passes kept (:func:`~bayes_scalerl.models.pooling.sample_pooled`).
     """
 
     target_accept: float = 0.99
     thin: int = 2
     max_share: float = 1.0
+    max_pool_passes: int = 4
 
 
 def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:
@@ -95,6 +101,21 @@ def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:
     return bad
 
 
+def every_kth(v: np.ndarray, thin: int, axis: int, reduce: Callable | None = None) -> np.ndarray:
+    """Every ``thin``-th entry of ``v`` along ``axis`` (the ``thin``-th, ``2 thin``-th, ...).
+
+    With ``reduce`` (``np.mean``, ``np.sum``, ``np.any``, ...) each kept entry is instead
+    ``reduce`` over the block of ``thin`` entries that ends at it. A last, partial block is
+    dropped. Shared by the independent fits' retry (:func:`thin_draws`, draws on axis 2) and
+    the pooled chains that run on (:func:`~bayes_scalerl.models.pooling.thin_record`, axis 1).
+    """
+    v = np.moveaxis(np.asarray(v), axis, -1)
+    n = v.shape[-1] // int(thin)
+    blocks = v[..., : n * int(thin)].reshape(v.shape[:-1] + (n, int(thin)))
+    out = blocks[..., -1] if reduce is None else reduce(blocks, axis=-1)
+    return np.moveaxis(out, -1, axis)
+
+
 def thin_draws(draws: dict[str, np.ndarray], thin: int) -> dict[str, np.ndarray]:
     """Every ``thin``-th draw of arrays (run, chain, draw), the sampler statistics summed up.
 
@@ -102,19 +123,14 @@ def thin_draws(draws: dict[str, np.ndarray], thin: int) -> dict[str, np.ndarray]
     ``num_steps`` their leapfrog steps, ``accept_prob`` their mean; the variables,
     ``energy`` and ``lp`` are those of the kept draw; ``step_size`` (run, chain) is kept.
     """
+    reduce = {"diverging": np.any, "num_steps": np.sum, "accept_prob": np.mean}
     out = {}
     for k, v in draws.items():
         v = np.asarray(v)
         if k == "step_size":
             out[k] = v
-            continue
-        n = v.shape[2] // thin
-        if k in ("diverging", "num_steps", "accept_prob"):
-            blocks = v[:, :, : n * thin].reshape(v.shape[:2] + (n, thin))
-            red = {"diverging": np.any, "num_steps": np.sum, "accept_prob": np.mean}[k]
-            out[k] = red(blocks, axis=-1).astype(v.dtype)
         else:
-            out[k] = v[:, :, thin - 1 :: thin][:, :, :n]
+            out[k] = every_kth(v, thin, 2, reduce.get(k)).astype(v.dtype)
     return out
 
 

@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..engine import runtime
+from ..engine.retry import every_kth
 from .hierarchical import HierIndex, HierPriors
 from .scalerl import RunData, ar1_whiten, log_diff_ndtr, point_fractions, truncnorm_quantile
 
@@ -1143,11 +1144,7 @@ def thin_record(passes: list[dict], thin: int) -> dict[str, np.ndarray]:
     out = {}
     for k in passes[0]:
         v = np.concatenate([np.asarray(p[k]) for p in passes], axis=1)
-        n = v.shape[1] // thin
-        if k == "moved":
-            out[k] = v[:, : n * thin].reshape(v.shape[:1] + (n, thin) + v.shape[2:]).mean(axis=2)
-        else:
-            out[k] = v[:, thin - 1 :: thin][:, :n]
+        out[k] = every_kth(v, thin, 1, np.mean if k == "moved" else None)
     return out
 
 
@@ -1187,7 +1184,7 @@ def sample_pooled(
     thin: int = 2,
     n_devices: int | None = None,
     more: Callable[[dict], bool] | None = None,
-    more_thin: int = 2,
+    max_passes: int = 2,
 ) -> dict[str, np.ndarray]:
     """``chains`` chains of ``(warmup + samples) * thin`` sweeps, every ``thin``-th kept.
 
@@ -1205,13 +1202,14 @@ def sample_pooled(
     n_devices : int, optional
         At most this many local devices (default: all).
     more : callable, optional
-        Called with the draws; when it returns ``True`` the chains run on from where they
-        stopped for ``more_thin - 1`` times as many draws again, and every ``more_thin``-th
-        draw of the whole is kept (the same number of draws, each ``more_thin`` times as
-        many sweeps apart: the thinned chain is a Markov chain of the same posterior). The
-        fit passes its convergence check. Same programs, no new compilation.
-    more_thin : int
-        See ``more``.
+        Called with the draws; while it returns ``True`` (and fewer than ``max_passes``
+        passes have run) the chains run on from where they stopped for one more pass of
+        ``samples`` draws, and after ``p`` passes every ``p``-th draw of the whole is kept
+        (the same number of draws, each ``p`` times as many sweeps apart: the thinned chain
+        is a Markov chain of the same posterior). The fit passes its convergence check. Same
+        programs, no new compilation.
+    max_passes : int
+        See ``more``: at most this many passes in all (1: never run on).
 
     Returns
     -------
@@ -1256,10 +1254,9 @@ def sample_pooled(
 
     rec, states = one_pass(1, None)
     passes = [rec]
-    if more is not None and int(more_thin) > 1 and more(rec):
-        for stream in range(2, int(more_thin) + 1):
-            r, states = one_pass(stream, states)
-            passes.append(r)
-        rec = thin_record(passes, int(more_thin))
+    while more is not None and len(passes) < int(max_passes) and more(rec):
+        r, states = one_pass(len(passes) + 1, states)
+        passes.append(r)
+        rec = thin_record(passes, len(passes))
     rec["passes"] = np.asarray(len(passes))
     return rec

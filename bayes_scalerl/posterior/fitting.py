@@ -34,8 +34,12 @@ def resolve_retry(retry: Retry | bool | None) -> Retry | None:
         return None
     if not isinstance(retry, Retry):
         raise ValueError(f"retry must be a Retry, True, False or None, got {retry!r}")
-    if not (0 < retry.target_accept < 1) or int(retry.thin) != retry.thin or retry.thin < 1:
-        raise ValueError(f"retry: target_accept must be in (0, 1) and thin a positive integer, got {retry!r}")
+    counts = (retry.thin, retry.max_pool_passes)
+    if not (0 < retry.target_accept < 1) or any(int(c) != c or c < 1 for c in counts):
+        raise ValueError(
+            "retry: target_accept must be in (0, 1), thin and max_pool_passes positive integers, "
+            f"got {retry!r}"
+        )
     return retry
 
 
@@ -165,9 +169,10 @@ def fit(
         ``()``; see :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
         failed (``Retry(max_share=...)`` caps it). ``False``/``None``: never. The ``retried`` column of
         :meth:`FitResult.diagnostics` says which runs were. With ``model="hierarchical"``
-        the pooled chains, when any parameter at any level fails the check, run on for
-        ``Retry.thin - 1`` times their draws again, every ``thin``-th kept; the settings'
-        ``pool_passes`` is then ``thin`` (1 otherwise).
+        the pooled chains, when any parameter at any level fails the check, run on one
+        pass of draws at a time until it passes, up to ``Retry.max_pool_passes`` (4)
+        passes, every ``p``-th draw of the ``p`` passes kept; the settings'
+        ``pool_passes`` says how many ran (1: none more).
 
     Returns
     -------

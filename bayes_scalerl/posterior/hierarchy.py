@@ -127,9 +127,10 @@ def sample_two_stage(
     each and keep every ``k``-th of the sampling sweeps (``k`` from :func:`sweeps_per_draw`),
     so they have the independent fit's shape. With a retry (``engine_kw["retry"]``, a
     :class:`~bayes_scalerl.engine.retry.Retry`) the pooled chains that fail the convergence
-    check (:func:`pooled_fails`) run on for ``retry.thin - 1`` times as many draws again and
-    keep every ``retry.thin``-th draw of the whole, as the independent fits' retry does
-    for a failing run; here the chains are continued, not restarted (their warm-up and
+    check (:func:`pooled_fails`) run on, one pass of ``config.samples`` draws at a time, until
+    they pass or have run ``retry.max_pool_passes`` passes; after ``p`` passes every
+    ``p``-th draw of the whole is kept, as the independent fits' retry thins a failing
+    run's longer chains; here the chains are continued, not restarted (their warm-up and
     adaptation stand).
 
     Returns
@@ -139,8 +140,8 @@ def sample_two_stage(
         ``extra_posterior`` and ``extra_coords`` (recipe and population levels), ``stats``
         (the independent fits' sampler statistics, per run) and ``extra_stats``
         (``pool_moved``: the share of sweeps in which each run's ``B, C_mid`` moved),
-        ``retried`` (per run, the independent fits') and ``pool_passes`` (1, or
-        ``retry.thin`` when the pooled chains ran on).
+        ``retried`` (per run, the independent fits') and ``pool_passes`` (how many passes
+        the pooled chains ran: 1 unless they ran on).
     """
     k1, k2 = jax.random.split(key)
     retry = engine_kw.get("retry")
@@ -163,7 +164,7 @@ def sample_two_stage(
             thin=sweeps_per_draw(len(idx.training_runs)),
             n_devices=engine_kw.get("n_devices"),
             more=None if retry is None else pooled_fails,
-            more_thin=1 if retry is None else retry.thin,
+            max_passes=1 if retry is None else retry.max_pool_passes,
         )
     post = {k: np.moveaxis(rec[k], -1, 0) for k in ("A", "B", "C_mid", "sigma")}  # run, chain, draw
     extra, coords = _levels(rec, idx)
