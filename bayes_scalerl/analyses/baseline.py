@@ -21,24 +21,30 @@ __all__ = ["paper_fit", "paper_fit_arrays", "PAPER_A_GRID"]
 PAPER_A_GRID = np.round(np.arange(0.450, 0.8001, 0.005), 3)
 
 
-def _fit_B(c, y, R0, A, C_mid, B_grid):
-    """Least-squares ``B`` for each ``C_mid`` (vectorised); returns (B, rss)."""
-    g = A - R0
-    lc = np.log(c)[None, None, :]
-    lcm = np.log(C_mid)[:, None, None]
-    x = B_grid[None, :, None] * (lc - lcm)
-    s = 0.5 * (1 + np.tanh(0.5 * x))
-    rss = np.sum((y - R0 - g * s) ** 2, axis=-1)  # (n_cmid, n_B)
+def _sigmoid_grid(c, C_mid, B_grid):
+    """``s[i, j, :]``: the sigmoid's gain fraction at ``c`` for ``C_mid[i]`` and ``B_grid[j]``."""
+    d = np.log(c)[None, :] - np.log(C_mid)[:, None]  # (n_cmid, n)
+    return 0.5 * (1 + np.tanh(0.5 * B_grid[None, :, None] * d[:, None, :])), d
+
+
+def _fit_B(z, g, d, B_grid, Szs, Sss, zz):
+    """Least-squares ``B`` for each ``C_mid`` (vectorised) at gain ``g = A - R0``; returns (B, rss).
+
+    ``z = y - R0``; ``d = log c - log C_mid`` (n_cmid, n). The starting ``B`` of each
+    ``C_mid`` is the grid's best, from ``Szs = sum z s`` and ``Sss = sum s^2`` over the grid
+    (computed once for every ``A``: the residual sum of squares ``zz - 2 g Szs + g^2 Sss`` is
+    a parabola in ``g``), then refined by Gauss-Newton.
+    """
+    rss = zz - 2.0 * g * Szs + g * g * Sss  # (n_cmid, n_B)
     B = B_grid[np.argmin(rss, axis=1)]
     for _ in range(6):  # Gauss-Newton on B
-        xb = B[:, None] * (lc[0] - lcm[:, 0])
-        s = 0.5 * (1 + np.tanh(0.5 * xb))
-        r = y - R0 - g * s
-        J = g * s * (1 - s) * (lc[0] - lcm[:, 0])
+        s = 0.5 * (1 + np.tanh(0.5 * B[:, None] * d))
+        r = z - g * s
+        J = g * s * (1 - s) * d
         step = np.sum(J * r, axis=1) / np.maximum(np.sum(J * J, axis=1), 1e-300)
         B = np.clip(B + step, B_grid[0], B_grid[-1])
-    s = 0.5 * (1 + np.tanh(0.5 * B[:, None] * (lc[0] - lcm[:, 0])))
-    return B, np.sum((y - R0 - g * s) ** 2, axis=1)
+    s = 0.5 * (1 + np.tanh(0.5 * B[:, None] * d))
+    return B, np.sum((z - g * s) ** 2, axis=1)
 
 
 def paper_fit_arrays(
@@ -82,9 +88,13 @@ def paper_fit_arrays(
         C_mid_grid = np.linspace(c.max() / 80, 5 * c.max(), 100)
     C_mid_grid = np.asarray(C_mid_grid, float)
     B_grid = np.exp(np.linspace(np.log(0.05), np.log(20.0), 120))
+    S, d = _sigmoid_grid(c, C_mid_grid, B_grid)
+    z = y - R0
+    Szs, Sss, zz = S @ z, np.einsum("ijn,ijn->ij", S, S), float(z @ z)
+    del S
     best = (np.inf, np.nan, np.nan, np.nan)
     for A in A_grid:
-        B, rss = _fit_B(c, y, R0, A, C_mid_grid, B_grid)
+        B, rss = _fit_B(z, A - R0, d, B_grid, Szs, Sss, zz)
         k = int(np.argmin(rss))
         if rss[k] < best[0]:
             best = (rss[k], A, B[k], C_mid_grid[k])
