@@ -141,9 +141,13 @@ def _coverage(main: pd.DataFrame, post: np.ndarray) -> float:
 
 
 def transfer_scenario(
-    data: pd.DataFrame, h: float, *, seed: int, fit_kwargs: dict, ratio: float = 2.0
+    data: pd.DataFrame, h: float, *, seed: int, fit_kwargs: dict, ratio: float = 2.0, r0_fitted: bool = False
 ) -> dict:
-    """The row of one scenario and horizon (see the module docstring)."""
+    """The row of one scenario and horizon (see the module docstring).
+
+    ``r0_fitted``: both fits with ``Priors(R0_fitted=True)`` (``R0`` a parameter, the first
+    evaluation in the likelihood) instead of the default (``R0`` fixed at the first evaluation).
+    """
     cols = ["run", "compute", "reward"] + (["n_eval"] if data["n_eval"].notna().all() else [])
     runs = bs.Runs.from_frame(data[cols], source="<discrepancy transfer>")
     t = runs.table
@@ -151,7 +155,7 @@ def transfer_scenario(
     cut = c_max / h
     main_runs = bs.Runs.from_frame(t[t["compute"] <= t["run"].map(cut)])
     rho = bs.noise_correlation(main_runs)
-    priors = bs.Priors(rho=rho)
+    priors = bs.Priors(rho=rho, R0_fitted=r0_fitted)
     fit_main = bs.fit(main_runs, priors=priors, discrepancy=False, seed=seed, **fit_kwargs)
     c_last = main_runs.table.groupby("run")["compute"].max()
     main = moments(fit_main, runs, c_last)
@@ -204,6 +208,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument(
         "--ratio", type=float, default=2.0, help="The refit's window: c_last / ratio (default 2)."
     )
+    ap.add_argument("--n-evals", type=int, default=48, help="Evaluations per run (default 48).")
+    ap.add_argument(
+        "--r0-fitted", action="store_true", help="Fit R0 (Priors(R0_fitted=True)) instead of fixing it."
+    )
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--out", default=None, help="Markdown file to write the table to (atomically).")
@@ -221,9 +229,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 noises=[noise],
                 runs_per_scenario=args.runs_per_scenario,
                 pairs_per_scenario=0,
+                n_evals=args.n_evals,
             )
             for h in horizons:
-                row = transfer_scenario(data, h, seed=args.seed, fit_kwargs=fit_kwargs, ratio=args.ratio)
+                row = transfer_scenario(
+                    data, h, seed=args.seed, fit_kwargs=fit_kwargs, ratio=args.ratio, r0_fitted=args.r0_fitted
+                )
                 rows.append({"scenario": f"{fam}/{noise}", "horizon": f"{h:g}x", **row})
                 print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
