@@ -90,6 +90,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         help="with --likelihood ar1: rho fixed at this value, 'auto' (default) or 'sampled'",
     )
     p.add_argument(
+        "--r0",
+        choices=("first", "fitted"),
+        default="first",
+        help="R0 of the `bayes` fit: the first evaluation (default) or a parameter",
+    )
+    p.add_argument(
         "--ratio",
         default=None,
         help="the discrepancy's refit ratio(s), comma-separated (default: bs.Discrepancy()'s)",
@@ -98,7 +104,11 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
     rho = {"auto": "auto", "sampled": None}.get(a.rho, a.rho)
-    priors = bs.Priors(likelihood=a.likelihood, rho=rho if rho in ("auto", None) else float(rho))
+    priors = bs.Priors(
+        likelihood=a.likelihood,
+        rho=rho if rho in ("auto", None) else float(rho),
+        R0_fitted=a.r0 == "fitted",
+    )
     t0 = time.perf_counter()
     disc = None
     if a.ratio:
@@ -123,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "compute <= fraction x its largest compute (4 chains x 500 + 500), every later evaluation scored. "
         f"`bayes`: the fit's predictive (likelihood {a.likelihood}"
         + (f", rho {a.rho}" if a.likelihood == "ar1" else "")
+        + f", R0 {'fitted' if a.r0 == 'fitted' else 'the first evaluation'}"
         + ", calibrated discrepancy"
         + (f", refit ratio {a.ratio}" if a.ratio else "")
         + "); `gaussian`: version 0.1's default (exact sigmoid, independent "

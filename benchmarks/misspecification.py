@@ -73,10 +73,12 @@ __all__ = [
 METHODS: dict[str, dict[str, Any]] = {
     # the default: AR(1) noise at the batch's correlation + calibrated discrepancy
     "calibrated": {"priors": bs.Priors()},
-    # the default until 0.2: independent Gaussian noise + calibrated discrepancy
-    "calibrated_gaussian": {"priors": bs.Priors(likelihood="gaussian")},
-    # version 0.1's exact sigmoid with independent Gaussian noise
-    "gaussian": {"priors": bs.Priors(likelihood="gaussian"), "discrepancy": False},
+    # the default with R0 a parameter, not the first evaluation
+    "r0fit": {"priors": bs.Priors(R0_fitted=True)},
+    # an earlier default: independent Gaussian noise + calibrated discrepancy, R0 the first evaluation
+    "calibrated_gaussian": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False)},
+    # version 0.1's exact sigmoid with independent Gaussian noise, R0 the first evaluation
+    "gaussian": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False), "discrepancy": False},
     # AR(1) with each run's correlation sampled, exact sigmoid
     "ar1": {"priors": bs.Priors(likelihood="ar1", rho=None), "discrepancy": False},
     "student_t": {"priors": bs.Priors(likelihood="student_t"), "discrepancy": False},

@@ -55,15 +55,21 @@ def main(argv=None) -> None:
         "default": {},
         "default-no-retry": {"retry": False},
         # the default until 0.2: independent Gaussian noise, with the discrepancy
-        "gaussian-default": {"priors": bs.Priors(likelihood="gaussian")},
-        "gaussian-default-no-retry": {"priors": bs.Priors(likelihood="gaussian"), "retry": False},
+        "gaussian-default": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False)},
+        "gaussian-default-no-retry": {
+            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False),
+            "retry": False,
+        },
         # version 0.1's model
-        "gaussian-only": {"priors": bs.Priors(likelihood="gaussian"), "discrepancy": False},
+        "gaussian-only": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False), "discrepancy": False},
         "gaussian-only-no-retry": {
-            "priors": bs.Priors(likelihood="gaussian"),
+            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False),
             "discrepancy": False,
             "retry": False,
         },
+        # R0 a parameter, not the first evaluation
+        "r0-fitted": {"priors": bs.Priors(R0_fitted=True)},
+        "r0-fitted-no-retry": {"priors": bs.Priors(R0_fitted=True), "retry": False},
         "ta095": {"target_accept": 0.95},
         "s1000": {"samples": 1000},
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},

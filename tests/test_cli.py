@@ -322,6 +322,10 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
         ),
         (["demo", "--model", "hierarchical", "--rho", "sampled"], ["hierarchical", "--rho sampled"]),
         (
+            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--r0", "fitted"],
+            ["hierarchical", "--r0 fitted"],
+        ),
+        (
             ["fit", "x.csv", "--out", "o", "--likelihood", "gaussian", "--rho", "0.5"],
             ["--rho", "needs --likelihood ar1"],
         ),
@@ -387,3 +391,13 @@ def test_only_user_errors_exit_2_bugs_propagate(tmp_path, monkeypatch, capsys):
     # a folder without a fit is the user's mistake
     assert main(["report", str(tmp_path)]) == 2
     assert "posterior.nc" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["fit", "x.csv", "--out", "o"], ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"]])
+def test_r0_option_sets_the_priors(command):
+    from bayes_scalerl.cli.commands import _priors, build_parser
+
+    parser = build_parser()
+    assert _priors(parser.parse_args(command)).R0_fitted is False  # the default: the first evaluation
+    assert _priors(parser.parse_args([*command, "--r0", "fitted"])).R0_fitted is True
+    assert _priors(parser.parse_args([*command, "--r0", "first"])).R0_fitted is False

@@ -69,6 +69,20 @@ def test_compute_zero_is_allowed_and_sets_R0():
     assert w.mask.sum(axis=1).tolist() == [5, 5]
 
 
+def test_fitted_R0_keeps_the_first_evaluation_below_min_compute():
+    from bayes_scalerl.data.runs import in_likelihood
+
+    c = np.array([[0.0, 10, 20, 30, np.nan], [5.0, 10, 20, 30, 40]])
+    first = in_likelihood(c, min_compute=15)
+    fitted = in_likelihood(c, min_compute=15, R0_fitted=True)
+    assert not first[:, 0].any() and fitted[:, 0].all()
+    assert (fitted[:, 1:] == first[:, 1:]).all() and not fitted[0, 4]
+    # fit_until still applies to it
+    assert not in_likelihood(c, fit_until=3.0, R0_fitted=True)[1, 0]
+    w = Runs.from_frame(good_frame()).window(R0_fitted=True)
+    assert w.mask.sum(axis=1).tolist() == [6, 6]
+
+
 def test_too_few_points_names_run_and_counts():
     runs = Runs.from_frame(good_frame(), source="x.csv")
     with pytest.raises(DataError) as exc:

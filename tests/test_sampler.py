@@ -146,8 +146,14 @@ def test_layout_covers_runs_in_whole_groups(n, devices):
     assert used <= devices and gsize == min(16, 1 << max(2, (min(n, 512) - 1).bit_length()))
 
 
-def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64):
-    """The textbook NumPyro model (A sampled directly) on a well-identified run."""
+@pytest.mark.parametrize("R0_fitted", [False, True])
+def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64, R0_fitted):
+    """The textbook NumPyro model (A sampled directly) on a well-identified run.
+
+    With ``R0`` fitted the package samples other coordinates (the level at the anchor
+    and ``R0``'s share of it, :data:`~bayes_scalerl.models.scalerl.LEVEL_SCALE`); the
+    posterior of ``R0`` must agree too.
+    """
     import jax
     from numpyro.infer import MCMC, NUTS
 
@@ -155,7 +161,8 @@ def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64):
 
     truth, df = _three_runs(3)
     runs = bs.Runs.from_frame(df).subset(["early"])
-    w = runs.window(min_compute=1500)
+    priors = bs.Priors(R0_fitted=R0_fitted, rho=0.0)  # AR(1) with rho 0: the plain model's Gaussian noise
+    w = runs.window(min_compute=1500, R0_fitted=R0_fitted)
     c, y = w.compute[0][w.mask[0]], w.reward[0][w.mask[0]]
     mcmc = MCMC(
         NUTS(scalerl_numpyro_model, target_accept_prob=0.95),
@@ -164,14 +171,17 @@ def test_plain_numpyro_model_agrees_with_the_marginalised_sampler(float64):
         num_chains=1,
         progress_bar=False,
     )
-    mcmc.run(jax.random.key(0), c, y, R0=float(w.R0[0]), c_ref=float(w.c_ref[0]))
-    plain = np.asarray(mcmc.get_samples()["A"])
-    ours = bs.fit(runs, min_compute=1500, seed=0, discrepancy=False, **QUICK).draws("A")[0]
-    # both target the same posterior; the medians differ by Monte Carlo error only
-    # (sd / sqrt(ESS) with ESS >= 200 each): allow 4 combined errors
-    tol = 4 * np.std(ours) * np.sqrt(1 / 200 + 1 / 200)
-    assert abs(np.median(plain) - np.median(ours)) < tol
-    assert abs(np.std(plain) - np.std(ours)) < 0.35 * np.std(ours)
+    mcmc.run(jax.random.key(0), c, y, R0=float(w.R0[0]), priors=priors, c_ref=float(w.c_ref[0]))
+    fit = bs.fit(runs, min_compute=1500, seed=0, discrepancy=False, priors=priors, **QUICK)
+    assert fit.diagnostics()["converged"].all()
+    for name in ("A", "R0") if R0_fitted else ("A",):
+        plain = np.asarray(mcmc.get_samples()[name])
+        ours = fit.draws(name)[0]
+        # both target the same posterior; the medians differ by Monte Carlo error only
+        # (sd / sqrt(ESS) with ESS >= 200 each): allow 4 combined errors
+        tol = 4 * np.std(ours) * np.sqrt(1 / 200 + 1 / 200)
+        assert abs(np.median(plain) - np.median(ours)) < tol, name
+        assert abs(np.std(plain) - np.std(ours)) < 0.35 * np.std(ours), name
 
 
 def _mcse_quantile(x: np.ndarray, prob: float) -> float:

@@ -586,7 +586,8 @@ def _sweep_arguments(
 
 def _in_fit(compute: np.ndarray, kw: Mapping[str, Any]) -> np.ndarray:
     """Which of one run's evaluations enter the likelihood of a fit with arguments ``kw``."""
-    R0_fitted = (kw.get("priors") or Priors()).R0_fitted
+    # the hierarchical model takes R0 from the first evaluation whatever the priors say
+    R0_fitted = (kw.get("priors") or Priors()).R0_fitted and kw.get("model") != "hierarchical"
     return in_likelihood(compute, min_compute=kw.get("min_compute"), R0_fitted=R0_fitted)
 
 

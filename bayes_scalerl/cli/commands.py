@@ -126,6 +126,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "an n_eval column)",
     )
     _add_rho_option(p)
+    _add_r0_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -221,12 +222,25 @@ def _add_rho_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_r0_option(p: argparse.ArgumentParser) -> None:
+    """``--r0``: ``R0`` the first evaluation (default) or fitted (``Priors.R0_fitted``)."""
+    p.add_argument(
+        "--r0",
+        choices=("first", "fitted"),
+        default="first",
+        help="first (default, the paper's convention): R0 is each run's first evaluation; fitted: the "
+        "reward before training is a parameter, and the first evaluation a noisy point like the others "
+        "(bs.Priors(R0_fitted=True); not with --model hierarchical)",
+    )
+
+
 def _add_refit_options(p: argparse.ArgumentParser) -> None:
     """Model and sampler options of the commands that refit (backtest, identify)."""
     p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
     _add_sampler_options(p)
     p.add_argument("--likelihood", choices=LIKELIHOODS, default="ar1", help="noise model (default ar1)")
     _add_rho_option(p)
+    _add_r0_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -405,7 +419,7 @@ def _run_backtest(args) -> int:
 
 
 def _priors(args):
-    """The :class:`~bayes_scalerl.Priors` of ``--likelihood`` and ``--rho``."""
+    """The :class:`~bayes_scalerl.Priors` of ``--likelihood``, ``--rho`` and ``--r0``."""
     from ..models.priors import Priors
 
     rho = getattr(args, "rho", None)
@@ -415,7 +429,7 @@ def _priors(args):
         rho = None
     elif rho != "auto":
         rho = float(rho)
-    return Priors(likelihood=args.likelihood, rho=rho)
+    return Priors(likelihood=args.likelihood, rho=rho, R0_fitted=getattr(args, "r0", "first") == "fitted")
 
 
 def _run_identify(args) -> int:
@@ -663,6 +677,11 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             parser.error(
                 "--model hierarchical has the ar1 likelihood with a fixed --rho (default) or gaussian, "
                 f"got --likelihood {args.likelihood}" + (" --rho sampled" if rho == "sampled" else "")
+            )
+        if args.model == "hierarchical" and getattr(args, "r0", "first") == "fitted":
+            parser.error(
+                "--model hierarchical takes R0 from each run's first evaluation; --r0 fitted needs "
+                "--model independent"
             )
         if args.executor == "ray":
             import importlib.util

@@ -44,18 +44,21 @@ def in_likelihood(
 ) -> np.ndarray:
     """Which of one run's sorted evaluations enter the likelihood.
 
-    The first evaluation sets ``R0`` and is left out unless ``R0_fitted``; points below
-    ``min_compute`` or above ``fit_until`` are left out. A 2-D ``compute`` holds one run
-    per row (NaN-padded: padding is never kept).
+    Points below ``min_compute`` or above ``fit_until`` are left out. The first
+    evaluation sets ``R0`` and is left out unless ``R0_fitted``; with ``R0_fitted`` it is
+    kept even below ``min_compute``, as the measurement of ``R0`` (``min_compute`` leaves
+    the early transient out, not the start). A 2-D ``compute`` holds one run per row
+    (NaN-padded: padding is never kept).
     """
     compute = np.asarray(compute, float)
     keep = ~np.isnan(compute)
-    if not R0_fitted:
-        keep[..., 0] = False
+    first = keep[..., 0].copy()
     if min_compute is not None:
         keep &= compute >= min_compute
     if fit_until is not None:
         keep &= compute <= fit_until
+        first &= compute[..., 0] <= fit_until
+    keep[..., 0] = first & R0_fitted
     return keep
 
 
@@ -302,7 +305,8 @@ class Runs:
         ----------
         min_compute : float, optional
             Points with ``compute < min_compute`` leave the likelihood (the paper uses
-            1.5k GPU-hours); the first evaluation still sets ``R0``.
+            1.5k GPU-hours); the first evaluation still sets ``R0`` (or, with
+            ``R0_fitted``, stays in the likelihood as its measurement).
         fit_until : float, optional
             Only points with ``compute <= fit_until`` are fitted.
         R0_fitted : bool

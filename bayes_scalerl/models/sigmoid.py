@@ -21,7 +21,18 @@ from jax.scipy.stats import t as student_t
 from .base import uniform_init
 from .curve import scalerl_curve
 from .priors import Priors
-from .scalerl import RunData, constrain, draw_A, log_density, make_run_data, n_dim, refresh_sigma
+from .scalerl import (
+    LEVEL_SCALE,
+    RunData,
+    constrain,
+    draw_A,
+    level_ref,
+    log_density,
+    make_run_data,
+    n_dim,
+    refresh_sigma,
+    z_index,
+)
 
 __all__ = ["SigmoidModel"]
 
@@ -73,7 +84,19 @@ class SigmoidModel:
         return n_dim(self.priors, n_points)
 
     def init(self, key: jax.Array, data: RunData, n_chains: int, n_dim: int) -> jax.Array:
-        return uniform_init(key, n_chains, n_dim)
+        z = uniform_init(key, n_chains, n_dim)
+        if not self.priors.R0_fitted:
+            return z
+        # R0 near the first evaluation (within about +-0.2 on the logit of its share of the
+        # anchor's level), and the rise at the anchor spread as when R0 is that evaluation: a
+        # uniform start of R0 makes warm-up climb from curves far below or above the data
+        # (measured: twice the sampling time on the weakly identified runs)
+        i = z_index(self.priors)["R0"]
+        r0 = jnp.clip(data.R0, 0.01, 0.99)
+        level = r0 + (1.0 - r0) * jax.nn.sigmoid(z[:, 1])
+        z = z.at[:, i].set(jnp.log(r0) - jnp.log(level - r0) + 0.1 * z[:, i])
+        logit_level = jnp.log(level) - jnp.log1p(-level)
+        return z.at[:, 1].set((logit_level - level_ref(data)) / LEVEL_SCALE)
 
     def potential(self, z: jax.Array, data: RunData) -> jax.Array:
         return -log_density(z, data, self.priors)
