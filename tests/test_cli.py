@@ -393,7 +393,9 @@ def test_only_user_errors_exit_2_bugs_propagate(tmp_path, monkeypatch, capsys):
     assert "posterior.nc" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["fit", "x.csv", "--out", "o"], ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"]])
+@pytest.mark.parametrize(
+    "command", [["fit", "x.csv", "--out", "o"], ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"]]
+)
 def test_r0_option_sets_the_priors(command):
     from bayes_scalerl.cli.commands import _priors, build_parser
 
