@@ -489,8 +489,11 @@ def _version_01(fit_kwargs: dict) -> dict | None:
     """The fit's arguments with version 0.1's model (independent Gaussian noise around the
     exact sigmoid), or ``None`` when they give that model already."""
     priors = fit_kwargs.get("priors") or Priors()
-    first = priors.R0_fitted is False or fit_kwargs.get("model") == "hierarchical"
-    if priors.likelihood == "gaussian" and first and fit_kwargs.get("discrepancy", True) in (False, None):
+    if (
+        priors.likelihood == "gaussian"
+        and not priors.R0_fitted
+        and fit_kwargs.get("discrepancy", True) in (False, None)
+    ):
         return None
     return {
         **fit_kwargs,
@@ -678,8 +681,7 @@ def backtest(
     if not isinstance(runs, Runs):
         runs = Runs.from_frame(runs)
     fit_kwargs = _backtest_arguments(fit_until, fraction, bootstrap, fit_kwargs)
-    # the hierarchical model takes R0 from the first evaluation whatever the priors say
-    R0_fitted = (fit_kwargs.get("priors") or Priors()).R0_fitted and fit_kwargs.get("model") != "hierarchical"
+    R0_fitted = (fit_kwargs.get("priors") or Priors()).R0_fitted
     bootstrap = int(bootstrap)
 
     # ---- cut every run at its own cutoff

@@ -586,8 +586,7 @@ def _sweep_arguments(
 
 def _in_fit(compute: np.ndarray, kw: Mapping[str, Any]) -> np.ndarray:
     """Which of one run's evaluations enter the likelihood of a fit with arguments ``kw``."""
-    # the hierarchical model takes R0 from the first evaluation whatever the priors say
-    R0_fitted = (kw.get("priors") or Priors()).R0_fitted and kw.get("model") != "hierarchical"
+    R0_fitted = (kw.get("priors") or Priors()).R0_fitted
     return in_likelihood(compute, min_compute=kw.get("min_compute"), R0_fitted=R0_fitted)
 
 
