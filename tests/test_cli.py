@@ -26,7 +26,7 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert np.all(np.diff(p[["q05", "q25", "q50", "q75", "q95"]].to_numpy(), axis=1) >= 0)
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
-    need += ["converged", "retried", "likelihood", "rho"]
+    need += ["converged", "retried", "likelihood", "rho", "shape_kappa", "shape_ell"]
     need += ["a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
     need += ["reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
@@ -334,6 +334,16 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
             ["--rho", "(-1, 1)"],
         ),
         (["identify", "x.csv", "--out", "o", "--likelihood", "ar1", "--rho", "high"], ["--rho", "'auto'"]),
+        (["fit", "x.csv", "--out", "o", "--shape-noise", "1:0"], ["--shape-noise", "KAPPA:ELL"]),
+        (["fit", "x.csv", "--out", "o", "--shape-noise", "wavy"], ["--shape-noise", "got 'wavy'"]),
+        (
+            ["backtest", "x.csv", "--out", "o", "--likelihood", "student_t", "--shape-noise", "1:0.5"],
+            ["--shape-noise", "gaussian"],
+        ),
+        (
+            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--shape-noise", "1:0.5"],
+            ["--shape-noise", "hierarchical"],
+        ),
     ],
 )
 def test_bad_options_and_combinations_exit_2(tmp_path, monkeypatch, capsys, argv, words):
@@ -403,3 +413,16 @@ def test_r0_option_sets_the_priors(command):
     assert _priors(parser.parse_args(command)).R0_fitted is False  # the default: the first evaluation
     assert _priors(parser.parse_args([*command, "--r0", "fitted"])).R0_fitted is True
     assert _priors(parser.parse_args([*command, "--r0", "first"])).R0_fitted is False
+
+
+@pytest.mark.parametrize(
+    "command", [["fit", "x.csv", "--out", "o"], ["identify", "x.csv", "--out", "o", "--fractions", "0.5"]]
+)
+def test_shape_noise_option_sets_the_priors(command):
+    from bayes_scalerl.cli.commands import _priors, build_parser
+
+    parser = build_parser()
+    assert _priors(parser.parse_args(command)).shape_noise == "auto"  # the default
+    assert _priors(parser.parse_args([*command, "--shape-noise", "auto"])).shape_noise == "auto"
+    assert _priors(parser.parse_args([*command, "--shape-noise", "none"])).shape_noise is None
+    assert _priors(parser.parse_args([*command, "--shape-noise", "1.5:0.5"])).shape_noise == (1.5, 0.5)

@@ -492,12 +492,15 @@ def _version_01(fit_kwargs: dict) -> dict | None:
     if (
         priors.likelihood == "gaussian"
         and not priors.R0_fitted
+        and priors.shape_noise is None
         and fit_kwargs.get("discrepancy", True) in (False, None)
     ):
         return None
     return {
         **fit_kwargs,
-        "priors": dataclasses.replace(priors, likelihood="gaussian", rho="auto", R0_fitted=False),
+        "priors": dataclasses.replace(
+            priors, likelihood="gaussian", rho="auto", R0_fitted=False, shape_noise=None
+        ),
         "discrepancy": False,
     }
 

@@ -127,6 +127,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     )
     _add_rho_option(p)
     _add_r0_option(p)
+    _add_shape_noise_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -234,6 +235,29 @@ def _add_r0_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_shape_noise_option(p: argparse.ArgumentParser) -> None:
+    """``--shape-noise``: smooth departures from the sigmoid (``Priors.shape_noise``)."""
+    p.add_argument(
+        "--shape-noise",
+        default=None,
+        metavar="{auto,none,KAPPA:ELL}",
+        help="smooth departures from the sigmoid in log compute, shared by neighbouring evaluations: "
+        "auto (default: the batch's estimate; none where the data show none), none, or KAPPA:ELL "
+        "(their sd over sigma and length scale in e-folds of compute); a pair needs --likelihood ar1 "
+        "(fixed --rho) or gaussian, not --model hierarchical",
+    )
+
+
+def _shape_noise(value: str | None):
+    """``--shape-noise``'s value as ``Priors.shape_noise``."""
+    if value is None or value == "auto":
+        return "auto"  # the default
+    if value == "none":
+        return None
+    kappa, ell = value.split(":")
+    return (float(kappa), float(ell))
+
+
 def _add_refit_options(p: argparse.ArgumentParser) -> None:
     """Model and sampler options of the commands that refit (backtest, identify)."""
     p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
@@ -241,6 +265,7 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--likelihood", choices=LIKELIHOODS, default="ar1", help="noise model (default ar1)")
     _add_rho_option(p)
     _add_r0_option(p)
+    _add_shape_noise_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -419,7 +444,7 @@ def _run_backtest(args) -> int:
 
 
 def _priors(args):
-    """The :class:`~bayes_scalerl.Priors` of ``--likelihood``, ``--rho`` and ``--r0``."""
+    """The :class:`~bayes_scalerl.Priors` of ``--likelihood``, ``--rho``, ``--r0`` and ``--shape-noise``."""
     from ..models.priors import Priors
 
     rho = getattr(args, "rho", None)
@@ -429,7 +454,12 @@ def _priors(args):
         rho = None
     elif rho != "auto":
         rho = float(rho)
-    return Priors(likelihood=args.likelihood, rho=rho, R0_fitted=getattr(args, "r0", "first") == "fitted")
+    return Priors(
+        likelihood=args.likelihood,
+        rho=rho,
+        R0_fitted=getattr(args, "r0", "first") == "fitted",
+        shape_noise=_shape_noise(getattr(args, "shape_noise", None)),
+    )
 
 
 def _run_identify(args) -> int:
@@ -670,6 +700,26 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             ok = False
         if not ok:
             parser.error(f"argument --rho: 'auto', 'sampled' or a number in (-1, 1), got {rho!r}")
+    shape = getattr(args, "shape_noise", None)
+    if shape is not None:
+        try:
+            from ..models.priors import Priors
+
+            Priors(
+                likelihood=args.likelihood,
+                rho=None if rho == "sampled" else "auto",
+                shape_noise=_shape_noise(shape),
+            )
+            ok = True
+        except ValueError:
+            ok = False
+        if not ok:
+            parser.error(
+                "argument --shape-noise: 'auto', 'none' or KAPPA:ELL (KAPPA >= 0, ELL > 0), with "
+                f"--likelihood ar1 (a fixed --rho) or gaussian; got {shape!r}"
+            )
+        if getattr(args, "model", "independent") == "hierarchical" and isinstance(_shape_noise(shape), tuple):
+            parser.error("argument --shape-noise: not with --model hierarchical")
     if args.command in ("fit", "demo"):
         if args.model == "hierarchical" and (
             args.likelihood not in ("gaussian", "ar1") or (args.likelihood == "ar1" and rho == "sampled")

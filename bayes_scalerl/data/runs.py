@@ -101,6 +101,9 @@ class FitWindow(NamedTuple):
         The fixed AR(1) correlation of each run's errors (``Priors(likelihood="ar1",
         rho=...)``): data of the sampler's program, not part of it, so that fits with other
         values reuse one compiled program.
+    ou : ndarray, shape (run, 2), optional
+        Each run's smooth departures from the sigmoid, ``(kappa, ell)``
+        (``Priors(shape_noise=...)``): data of the program, like ``rho``.
     """
 
     compute: np.ndarray
@@ -110,6 +113,7 @@ class FitWindow(NamedTuple):
     c_ref: np.ndarray
     n_eval: np.ndarray | None = None
     rho: np.ndarray | None = None
+    ou: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,8 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     }
     if getattr(window, "rho", None) is not None:
         out["rho"] = np.asarray(window.rho, dtype=np.float64)
+    if getattr(window, "ou", None) is not None:  # each chunk adds its whitening (_with_whitening)
+        out["ou"] = np.asarray(window.ou, dtype=np.float64)
     if n_eval:
         if window.n_eval is None or np.isnan(window.n_eval[window.mask]).any():
             raise ValueError("the binomial likelihood needs an n_eval column (graded generations per point)")
@@ -157,10 +159,31 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     return out
 
 
+def _with_whitening(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A chunk's inputs with the whitening of smooth departures (``"ou"`` in them).
+
+    It is computed here, with NumPy, one chunk at a time: it takes ``point^2`` numbers a
+    run, and a Cholesky factorisation inside the sampler's program, run on several CPU
+    devices at once, hung XLA's CPU runtime (see
+    :func:`~bayes_scalerl.models.shape_noise.whitening`).
+    """
+    if "ou" not in arrays:
+        return arrays
+    from ..models.shape_noise import whitening
+
+    ou = arrays["ou"]
+    positive = arrays["compute"] > 0
+    log_c = np.log(np.where(positive, arrays["compute"], 1.0))
+    rho = arrays.get("rho", np.zeros(ou.shape[0]))
+    W, logdet = whitening(log_c, arrays["mask"] & positive, rho, ou[:, 0], ou[:, 1], xp=np)
+    return {**arrays, "whiten": W, "whiten_logdet": logdet}
+
+
 def _chunk_job(index, lo, hi, key_data, arrays, chunk_size, group_size, n_devices) -> ChunkJob:
     size, gsize, _ = _layout(hi - lo, chunk_size, group_size, n_devices)
     idx = np.concatenate([np.arange(lo, hi), np.full(size - (hi - lo), lo)])
-    inputs = {k: v[idx].reshape((-1, gsize) + v.shape[1:]) for k, v in arrays.items()}
+    arrays = _with_whitening({k: v[idx] for k, v in arrays.items()})
+    inputs = {k: v.reshape((-1, gsize) + v.shape[1:]) for k, v in arrays.items()}
     inputs["run_index"] = idx.astype(np.uint32).reshape(-1, gsize)
     inputs["valid"] = (np.arange(size) < hi - lo).reshape(-1, gsize)  # padding runs come last
     return ChunkJob(index, lo, hi, key_data, inputs)

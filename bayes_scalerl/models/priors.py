@@ -91,6 +91,16 @@ class Priors:
         samples each run's correlation with the prior above (needs ``target_accept``
         0.99 and converges on fewer runs). Other likelihoods ignore ``"auto"`` and
         ``None`` and refuse a number.
+    shape_noise : None, "auto" or (float, float)
+        Departures from the sigmoid that are smooth in log compute, shared by
+        neighbouring evaluations over a stretch of a curve (an Ornstein-Uhlenbeck process
+        in ``log C`` on top of the evaluation noise): ``(kappa, ell)`` gives its sd as a
+        multiple of ``sigma`` and its length scale in e-folds of compute. ``None``
+        (default) leaves it out; ``"auto"`` estimates both once from the batch
+        (:func:`~bayes_scalerl.data.noise.shape_noise_arrays`), as ``rho="auto"`` does the
+        correlation. It makes the fit count a dense log's smooth wiggles as the few
+        pieces of evidence they are, and adds their variance to bands beyond the data.
+        Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
     """
 
     A_loc: float | None = None
@@ -105,6 +115,7 @@ class Priors:
     nu: float = 4.0
     rho_scale: float = 0.75
     rho: float | str | None = "auto"
+    shape_noise: tuple[float, float] | str | None = "auto"
 
     def __post_init__(self) -> None:
         if self.likelihood not in LIKELIHOODS:
@@ -124,6 +135,23 @@ class Priors:
                     f"Priors: rho must be 'auto', None or a number in (-1, 1), got {self.rho!r}."
                 )
             object.__setattr__(self, "rho", float(self.rho))
+        if self.shape_noise is not None and self.shape_noise != "auto":
+            try:
+                kappa, ell = (float(v) for v in self.shape_noise)
+                ok = kappa >= 0 and ell > 0 and math.isfinite(kappa) and math.isfinite(ell)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    "Priors: shape_noise must be None, 'auto' or (kappa >= 0, ell > 0), got "
+                    f"{self.shape_noise!r}."
+                )
+            if self.likelihood not in ("ar1", "gaussian") or self.rho_sampled:
+                raise ValueError(
+                    "Priors: shape_noise needs likelihood='ar1' with a fixed rho, or 'gaussian'; got "
+                    f"likelihood={self.likelihood!r}, rho={self.rho!r}."
+                )
+            object.__setattr__(self, "shape_noise", (kappa, ell))
         if (self.A_loc is None) != (self.A_scale is None):
             raise ValueError("Priors: give both A_loc and A_scale, or neither (uniform A).")
         checks = {
@@ -165,6 +193,7 @@ class Priors:
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in dict(d).items() if k in names}
         d.setdefault("likelihood", "gaussian")
+        d.setdefault("shape_noise", None)  # saved before the term existed
         if d["likelihood"] == "ar1":
             d.setdefault("rho", None)
         return cls(**d)

@@ -86,6 +86,7 @@ from jax.scipy.special import log_ndtr, ndtri
 from ..data.noise import noise_correlation_arrays
 from .curve import gain_fraction
 from .priors import Priors
+from .shape_noise import whitening
 
 __all__ = [
     "RunData",
@@ -149,6 +150,12 @@ class RunData(NamedTuple):
         fraction clipped to [0.02, 0.9].
     rho : array, shape ()
         The fixed AR(1) correlation of the run's errors (``Priors.rho`` set; else 0).
+    whiten : array, shape (point, point), optional
+        With ``Priors(shape_noise=...)``: the whitening matrix of the errors' correlation
+        (AR(1) plus smooth departures, :func:`~bayes_scalerl.models.shape_noise.whitening`),
+        which then replaces the AR(1) recursion.
+    whiten_logdet : array, shape (), optional
+        ``log det`` of that correlation matrix.
     """
 
     log_c: jax.Array
@@ -161,6 +168,8 @@ class RunData(NamedTuple):
     bvar: jax.Array
     q_ref: jax.Array
     rho: jax.Array
+    whiten: jax.Array | None = None
+    whiten_logdet: jax.Array | None = None
 
 
 class Constrained(NamedTuple):
@@ -193,7 +202,9 @@ def binomial_variance(reward, n_eval):
     return p * (1.0 - p) / n_eval
 
 
-def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None) -> RunData:
+def make_run_data(
+    compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None, ou=None, whiten=None
+) -> RunData:
     """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
 
     ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only;
@@ -236,6 +247,16 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None,
     # the observed share of the headroom gained by the end of the window: the gain
     # coordinate is centred where the gain equals the observed rise
     f_end = jnp.clip(end / (1.0 - R0), 0.02, 0.9)
+    whiten_logdet = None
+    if ou is None and isinstance(priors.shape_noise, tuple):
+        ou = jnp.asarray(priors.shape_noise, dtype=jnp.float64)
+    if priors.shape_noise is None or ou is None:  # "auto" unresolved (no FitWindow.ou): no term
+        whiten = None
+    elif whiten is not None:
+        whiten, whiten_logdet = (jnp.asarray(a, dtype=jnp.float64) for a in whiten)
+    else:
+        ou = jnp.broadcast_to(jnp.asarray(ou, dtype=jnp.float64), R0.shape + (2,))
+        whiten, whiten_logdet = whitening(log_c, mask_, rho, ou[..., 0], ou[..., 1])
     return RunData(
         log_c=log_c,
         positive=positive,
@@ -247,6 +268,8 @@ def make_run_data(compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None,
         bvar=bvar,
         q_ref=jnp.log(0.5 * f_end) - jnp.log1p(-f_end),
         rho=rho,
+        whiten=whiten,
+        whiten_logdet=whiten_logdet,
     )
 
 
@@ -444,7 +467,11 @@ def gain_conditional(
         # and the whitening's Jacobian adds log(1 - rho^2) per point after a fitted one
         var = sigma**2
         log_det = n * jnp.log(var)
-        if rho is not None:
+        if data.whiten is not None:  # AR(1) plus smooth departures: one fixed whitening matrix
+            s = data.whiten @ s
+            r = data.whiten @ r
+            log_det = log_det + data.whiten_logdet
+        elif rho is not None:
             s = ar1_whiten(s, data.mask, rho)
             r = ar1_whiten(r, data.mask, rho)
             n_prev = jnp.sum(data.mask[1:] & data.mask[:-1])
@@ -593,7 +620,9 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     frac = point_fractions(p.log_B[..., None], p.log_C_mid[..., None], data)
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
-    if priors.likelihood == "ar1":
+    if data.whiten is not None:
+        resid = resid @ data.whiten.T
+    elif priors.likelihood == "ar1":
         resid = ar1_whiten(resid, data.mask, p.rho[..., None])
     rss = jnp.sum(m * resid * resid, axis=-1)
     n = jnp.sum(m)

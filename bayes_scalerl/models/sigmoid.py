@@ -78,6 +78,8 @@ class SigmoidModel:
             self.priors,
             inputs.get("n_eval"),
             inputs.get("rho"),
+            inputs.get("ou"),
+            (inputs["whiten"], inputs["whiten_logdet"]) if "whiten" in inputs else None,
         )
 
     def n_dim(self, n_points: int) -> int:
@@ -111,7 +113,8 @@ class SigmoidModel:
         return {k: out[k] for k in self.var_names}
 
     def loglik(self, params: Mapping[str, jax.Array], data: RunData) -> jax.Array:
-        """Pointwise log-likelihood; AR(1): each point given the previous fitted one."""
+        """Pointwise log-likelihood; AR(1): each point given the previous fitted one; with
+        smooth departures, given every earlier fitted one."""
         R0 = params["R0"] if "R0" in params else data.R0
         mu = R0 + (params["A"] - R0) * _fraction(params["B"], params["C_mid"], data)
         sigma = params["sigma"]
@@ -120,6 +123,9 @@ class SigmoidModel:
         if lik == "student_t":
             return student_t.logpdf(y, self.priors.nu, loc=mu, scale=sigma)
         var = sigma**2 + data.bvar  # bvar is 0 unless binomial
+        if data.whiten is not None:  # each point given the earlier fitted ones: K = L L^T, W = L^-1
+            w = data.whiten @ jnp.where(data.mask, y - mu, 0.0) / sigma
+            return -0.5 * w**2 - jnp.log(sigma) + jnp.log(jnp.diagonal(data.whiten)) - 0.5 * _LOG_2PI
         if lik == "ar1":
             rho = params["rho"] if "rho" in params else data.rho
             prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask

@@ -75,6 +75,7 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
     priors = json.loads(dt.attrs.get("bayes_scalerl_settings", "{}")).get("priors") or {}
     rho = priors.get("rho")
     fixed = priors.get("likelihood") == "ar1" and rho is not None
+    ou = priors.get("shape_noise") if isinstance(priors.get("shape_noise"), (list, tuple)) else None
     return FitWindow(
         gather(compute),
         gather(reward),
@@ -83,6 +84,7 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
         np.asarray(cd["C_ref"].values, float),
         gather(n_eval),
         np.full(compute.shape[0], float(rho)) if fixed else None,
+        np.tile(np.asarray(ou, float), (compute.shape[0], 1)) if ou is not None else None,
     )
 
 

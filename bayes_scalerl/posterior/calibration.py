@@ -21,6 +21,7 @@ import pandas as pd
 from ..data.runs import MIN_POINTS, Runs, in_likelihood
 from ..engine import runtime, sample_window
 from ..models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
+from ..models.shape_noise import noise_forecast, steps_ahead
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -78,22 +79,44 @@ def _inner_split(runs: Runs, c_last: np.ndarray, ratio: float, min_compute, R0_f
 _BLOCK = 64
 
 
-def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray):
+def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray, window=None):
     """Mean and variance of a new evaluation under each refit's posterior, shape (run, q).
 
     The curve's mean over the draws, and its variance over the draws plus the mean noise
-    variance; in blocks of runs, on every core (NumPy releases the GIL).
+    variance; in blocks of runs, on every core (NumPy releases the GIL). With smooth
+    departures (``window.ou`` set) the noise is forecast from each draw's errors at the
+    refit's points (:func:`~bayes_scalerl.models.shape_noise.noise_forecast`).
     """
     n_runs = grid.shape[0]
     mean, var = np.empty_like(grid), np.empty_like(grid)
+    ou = None if window is None else window.ou
+    ahead = None if ou is None else steps_ahead(window.compute, window.mask, grid)
 
     def block(lo: int) -> None:
         sl = slice(lo, min(lo + _BLOCK, n_runs))
         params = {k: draws[k][sl].reshape(grid[sl].shape[0], -1)[..., None] for k in model.var_names}
         R0 = params.get("R0", R0_obs[sl, None, None])
         mu = model.mean(grid[sl, None, :], params, R0, None)  # run, sample, q
+        noise_var = np.mean(params["sigma"] ** 2, axis=1)
+        if ou is not None:
+            fit_mu = model.mean(window.compute[sl, None, :], params, R0, None)  # run, sample, point
+            rho = window.rho[sl] if window.rho is not None else np.zeros(fit_mu.shape[0])
+            noise_var = np.repeat(noise_var, grid.shape[1], axis=1)
+            for j, i in enumerate(range(sl.start, sl.stop)):
+                shift, sd = noise_forecast(
+                    np.log(np.maximum(window.compute[i], 1e-300)),
+                    window.mask[i] & (window.compute[i] > 0),
+                    window.reward[i][None, :] - fit_mu[j],
+                    np.log(np.maximum(grid[i], 1e-300)),
+                    ahead[i],
+                    float(rho[j]),
+                    float(ou[i, 0]),
+                    float(ou[i, 1]),
+                )
+                mu[j] = mu[j] + shift
+                noise_var[j] = noise_var[j] * sd**2
         mean[sl] = mu.mean(axis=1)
-        var[sl] = mu.var(axis=1) + np.mean(params["sigma"] ** 2, axis=1)
+        var[sl] = mu.var(axis=1) + noise_var
 
     starts = range(0, n_runs, _BLOCK)
     with ThreadPoolExecutor(max_workers=max(1, min(len(starts), runtime.n_cpus()))) as pool:
@@ -159,6 +182,8 @@ def calibrate(
         )
         if window.rho is not None:  # the main fit's fixed AR(1) correlation, run by run
             iw = iw._replace(rho=np.asarray(window.rho)[rows])
+        if window.ou is not None:  # the main fit's smooth departures
+            iw = iw._replace(ou=np.asarray(window.ou)[rows])
         key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
         # the refit's draws only: its sampler statistics would double the memory
         draws = sample_window(key, iw, model, config, keep=tuple(model.var_names), **sample_kwargs)
@@ -168,7 +193,7 @@ def calibrate(
         valid = np.arange(width)[None, :] < sizes[:, None]
         grid = np.ones((len(names), width))
         grid[valid] = held["compute"].to_numpy(float)
-        mean, var = _predictive_moments(model, draws, iw.R0, grid)
+        mean, var = _predictive_moments(model, draws, iw.R0, grid, iw)
         del draws
         if priors.likelihood == "binomial" and "n_eval" in held.columns:
             from ..models.scalerl import binomial_variance

@@ -406,8 +406,9 @@ def sampler_diagnostics(dt: xr.DataTree, convergence_by_var: dict | None = None)
     return df
 
 
-def _noise_model(dt: xr.DataTree, post: xr.Dataset, n_runs: int) -> tuple[str, np.ndarray]:
-    """The fit's likelihood and each run's AR(1) correlation (fixed, or its posterior median)."""
+def _noise_model(dt: xr.DataTree, post: xr.Dataset, n_runs: int) -> tuple[str, np.ndarray, float, float]:
+    """The fit's likelihood, each run's AR(1) correlation (fixed, or its posterior median),
+    and the smooth departures' ``kappa`` and ``ell`` (0 and NaN without them)."""
     import json
 
     settings = json.loads(dt.attrs.get("bayes_scalerl_settings", "{}"))
@@ -419,7 +420,9 @@ def _noise_model(dt: xr.DataTree, post: xr.Dataset, n_runs: int) -> tuple[str, n
             rho = post["rho"].median(("chain", "draw")).values.astype(float)
         elif isinstance(priors.get("rho"), (int, float)):
             rho[:] = float(priors["rho"])
-    return likelihood, rho
+    shape = priors.get("shape_noise")
+    kappa, ell = (float(v) for v in shape) if shape is not None else (0.0, float("nan"))
+    return likelihood, rho, kappa, ell
 
 
 def run_diagnostics(
@@ -440,14 +443,17 @@ def run_diagnostics(
     -------
     pandas.DataFrame
         Columns ``run, n_points, r_hat_max, ess_bulk_min, ess_tail_min, divergences,
-        bfmi_min, converged, retried, likelihood, rho``. ``converged`` needs R-hat <= 1.01, bulk ESS >= 100
-        and no divergent transition; ``retried``: the run failed that check at first and
-        was sampled again (:mod:`bayes_scalerl.engine.retry`; the row describes the
-        second attempt). A NaN R-hat or ESS of any variable makes the run's NaN.
+        bfmi_min, converged, retried, likelihood, rho, shape_kappa, shape_ell``. ``converged``
+        needs R-hat <= 1.01, bulk ESS >= 100 and no divergent transition; ``retried``: the
+        run failed that check at first and was sampled again
+        (:mod:`bayes_scalerl.engine.retry`; the row describes the second attempt). A NaN
+        R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
         (``bfmi(..., ddof=0)``). ``likelihood`` is the fit's noise model and ``rho`` the
         AR(1) correlation each run was fitted with (the fixed value; the posterior median
-        when sampled; NaN for other likelihoods).
+        when sampled; NaN for other likelihoods); ``shape_kappa`` and ``shape_ell`` the
+        smooth departures from the sigmoid it was fitted with (``Priors.shape_noise``: their
+        sd over ``sigma`` and length scale in e-folds of compute; 0 and NaN without them).
     """
     post = dt["posterior"].to_dataset()
     cache = convergence_by_var or {}
@@ -466,7 +472,7 @@ def run_diagnostics(
     converged = (rhat_ <= RHAT_MAX) & (ess_b >= ESS_MIN) & (div == 0)
     const = dt["constant_data"].to_dataset()
     retried = const["retried"].values.astype(bool) if "retried" in const else np.zeros(n_runs, bool)
-    likelihood, rho = _noise_model(dt, post, n_runs)
+    likelihood, rho, kappa, ell = _noise_model(dt, post, n_runs)
     return pd.DataFrame(
         {
             "run": post["run"].values.astype(str),
@@ -480,5 +486,7 @@ def run_diagnostics(
             "retried": retried,
             "likelihood": likelihood,
             "rho": rho,
+            "shape_kappa": kappa,
+            "shape_ell": ell,
         }
     )

@@ -17,6 +17,7 @@ from ..engine.retry import Retry, sample_retrying
 from ..models.discrepancy import Discrepancy
 from ..models.hierarchical import HierPriors, hierarchy_index
 from ..models.priors import Priors
+from ..models.shape_noise import shape_noise_arrays
 from ..models.sigmoid import SigmoidModel
 from .assemble import build_datatree
 from .calibration import calibrate
@@ -227,6 +228,48 @@ def fit(
         model_obj = SigmoidModel(dataclasses.replace(priors, rho="auto"))
         priors = dataclasses.replace(priors, rho=rho)
         noise = f"AR(1), rho {rho:.3f} for every run, " + ("estimated from the data" if auto else "as given")
+    if priors.shape_noise == "auto" and (
+        hierarchical or priors.likelihood not in ("ar1", "gaussian") or priors.rho_sampled
+    ):
+        priors = dataclasses.replace(priors, shape_noise=None)  # not for this model: "auto" means none
+        model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, shape_noise=None))
+    if priors.shape_noise is not None:
+        if hierarchical:
+            raise ValueError("the hierarchical model has no shape_noise; use the independent model")
+        # (kappa, ell) is data of the program too; "auto" resolved to the batch's estimate
+        auto_ou = priors.shape_noise == "auto"
+        rho_now = float(priors.rho) if priors.likelihood == "ar1" else 0.0
+        if auto_ou:
+            # with the AR(1) likelihood its correlation is estimated jointly, and replaces the
+            # variogram's where departures are found (see shape_noise_arrays)
+            kappa, ell, _, rho_joint = shape_noise_arrays(
+                window.compute,
+                window.reward,
+                window.mask,
+                window.R0,
+                rho_now,
+                rho_free=priors.likelihood == "ar1",
+            )
+        else:
+            kappa, ell = priors.shape_noise
+            rho_joint = rho_now
+        if kappa > 0:
+            if priors.likelihood == "ar1" and rho_joint != rho_now:
+                window, _ = with_window_rho(window, rho_joint)
+                priors = dataclasses.replace(priors, rho=rho_joint)
+                noise = (
+                    f"AR(1), rho {rho_joint:.3f} for every run, estimated from the data with the departures"
+                )
+            window = window._replace(ou=np.tile([kappa, ell], (np.shape(window.R0)[0], 1)))
+            model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, shape_noise="auto"))
+            priors = dataclasses.replace(priors, shape_noise=(kappa, ell))
+            noise += f"; smooth departures in log compute, sd {kappa:g} sigma, length {ell:g} e-folds" + (
+                " (estimated from the data)" if auto_ou else ""
+            )
+        else:  # none found (or none given): the fit without the term, exactly
+            model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, shape_noise=None))
+            priors = dataclasses.replace(priors, shape_noise=None)
+            noise += "; no smooth departures from the sigmoid found in the data" if auto_ou else ""
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:

@@ -16,6 +16,7 @@ import xarray as xr
 from ..engine import runtime
 from ..models.curve import scalerl_curve
 from ..models.discrepancy import discrepancy_shape
+from ..models.shape_noise import noise_forecast, steps_ahead
 from .diagnostics import convergence, run_diagnostics, sampler_draws
 
 __all__ = ["FitResult", "QUANTILES"]
@@ -319,6 +320,9 @@ class FitResult:
             n_ref = np.nanmedian(cd["n_eval"].values[idx], axis=1)[:, None, None]
             var = sigma**2 + binomial_variance(np.clip(mu, 0.0, 1.0), n_ref)
             noise = np.sqrt(var) * rng.standard_normal(mu.shape)
+        elif isinstance(priors.get("shape_noise"), (list, tuple)):
+            mu, sd = self._shape_forecast(idx, c, mu, sigma, priors)
+            noise = sd * rng.standard_normal(mu.shape)
         elif likelihood == "ar1":
             mu, sd = self._ar1_forecast(idx, c, mu, sigma)
             noise = sd * rng.standard_normal(mu.shape)
@@ -326,6 +330,45 @@ class FitResult:
             noise = sigma * rng.standard_normal(mu.shape)
         out = mu + noise
         return np.clip(out, 0.0, 1.0, out=out)
+
+    def _shape_forecast(self, idx, c, mu, sigma, priors):
+        """Forecast of new evaluations' errors under AR(1) noise plus smooth departures.
+
+        Each draw's errors at the run's fitted points give the conditional mean and sd of
+        the errors beyond the last fitted point
+        (:func:`~bayes_scalerl.models.shape_noise.noise_forecast`); points inside or before
+        the fit window get the stationary sd ``sigma sqrt(1 + kappa^2)``.
+        """
+        cd = self.dt["constant_data"]
+        comp, fitted = cd["compute"].values[idx], cd["in_fit"].values[idx]
+        fitted = fitted & (comp > 0)
+        y = self.dt["observed_data"]["reward"].values[idx]
+        kappa, ell = (float(v) for v in priors["shape_noise"])
+        rho = float(priors["rho"]) if priors.get("likelihood") == "ar1" else 0.0
+        A, B, C = (self.draws(n, idx) for n in ("A", "B", "C_mid"))
+        delta = self._delta(idx)
+        A = A if delta is None else A - delta
+        R0 = self._R0_draws(idx)
+        ahead = steps_ahead(comp, fitted, c)
+        shift = np.zeros(mu.shape)
+        sd = np.empty((len(idx), 1, c.shape[1]))
+        for j in range(len(idx)):
+            fit_mu = scalerl_curve(
+                comp[j][None, :], A[j][:, None], B[j][:, None], C[j][:, None], R0[j][:, None]
+            )
+            m, s = noise_forecast(
+                np.log(np.maximum(comp[j], 1e-300)),
+                fitted[j],
+                y[j][None, :] - fit_mu,
+                np.log(np.maximum(c[j], 1e-300)),
+                ahead[j],
+                rho,
+                kappa,
+                ell,
+            )
+            shift[j] = m
+            sd[j, 0] = np.where(ahead[j] > 0, s, np.sqrt(1.0 + kappa**2))
+        return mu + shift, sigma * sd
 
     def _ar1_forecast(self, idx, c, mu, sigma):
         """AR(1) forecast of new evaluations after each run's last fitted one.

@@ -1,0 +1,264 @@
+"""Smooth departures from the sigmoid: an Ornstein-Uhlenbeck process in log compute.
+
+A dense training log (hundreds of evaluations a run) does not only carry evaluation
+noise around a sigmoid: the curve itself departs from any sigmoid in stretches that span
+many evaluations (a wiggle, a creep). With independent (or AR(1), neighbour-to-neighbour)
+errors every one of those evaluations counts as fresh evidence about the sigmoid, so the
+fit is as sure of the curve's shape as the number of evaluations allows, while the error
+of the shape does not shrink. ``Priors(shape_noise=...)`` adds the departures to the
+noise model: the errors of the fitted points are
+
+    e = AR(1) evaluation noise (sd sigma, correlation rho)
+        + f(log C),  f an Ornstein-Uhlenbeck process of sd kappa sigma and length scale ell
+
+so their correlation matrix is ``R(rho) + kappa^2 exp(-|x_i - x_j| / ell)`` (``x = log C``)
+times ``sigma^2``. With ``(kappa, ell)`` fixed (one value for the batch, estimated before
+the fit by :func:`shape_noise_arrays`), the matrix does not depend on the sampled
+parameters: each run's whitening matrix is computed once, and the gain ``A - R0`` is
+still integrated out in closed form (:func:`~bayes_scalerl.models.scalerl.gain_conditional`).
+
+Beyond the data, a new evaluation's error has the process's conditional mean and variance
+given the fitted points' errors (:func:`noise_forecast`): the departure seen at the end of
+the data decays over ``ell`` e-folds of compute, and its variance returns to
+``kappa^2 sigma^2``.
+
+The estimate (:func:`shape_noise_arrays`) fits each run by least squares
+(:func:`~bayes_scalerl.analyses.baseline.paper_fit_arrays`), and maximises the batch's
+Gaussian likelihood of the residuals over a grid of ``(kappa, ell)``, each run's ``sigma``
+profiled out, with ``rho`` fixed at the batch's evaluation-noise correlation. ``kappa`` is
+kept only where the likelihood beats ``kappa = 0`` by :data:`MIN_GAIN` log units (a
+likelihood-ratio test of two parameters at about the 5% level), so batches without
+departures are fitted exactly as without the term.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "KAPPA_GRID",
+    "ELL_GRID",
+    "RHO_GRID",
+    "MIN_GAIN",
+    "correlation_matrix",
+    "whitening",
+    "shape_noise_arrays",
+    "noise_forecast",
+    "steps_ahead",
+]
+
+#: Grid of the departures' sd, in multiples of the evaluation noise's ``sigma``.
+KAPPA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
+#: Grid of the departures' length scale, in e-folds of compute.
+ELL_GRID = (0.5, 1.0, 2.0, 4.0)
+#: Grid of the evaluation noise's AR(1) correlation when it is estimated jointly.
+RHO_GRID = (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: Log-likelihood gain over ``kappa = 0`` below which no departures are kept (half the 95%
+#: quantile of a chi-squared with two degrees of freedom, 5.99).
+MIN_GAIN = 3.0
+#: Fewest fitted evaluations (compute > 0) a run needs to enter the estimate.
+MIN_POINTS = 8
+#: At most this many runs enter the estimate (the first ones): it is one value for a batch.
+MAX_RUNS = 256
+#: A run with more fitted evaluations enters the estimate with every ``k``-th of them, ``k``
+#: the smallest stride that leaves at most this many (the AR(1) part's correlation then
+#: ``rho^k``): the estimate's cost grows with the cube of the points.
+MAX_POINTS = 200
+
+
+def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
+    """Correlation of the fitted points' errors, identity on the others.
+
+    Parameters
+    ----------
+    log_c : array, shape (..., point)
+        Log compute of each point.
+    mask : array of bool, shape (..., point)
+        Fitted points (taken as consecutive evaluations in order; the AR(1) part counts
+        the lag between them in fitted points).
+    rho, kappa, ell : array
+        Broadcastable to the leading shape.
+    xp : module
+        ``jax.numpy`` (traced) or ``numpy``.
+
+    Returns
+    -------
+    array, shape (..., point, point)
+    """
+    m = xp.asarray(mask)
+    rank = xp.cumsum(m.astype(log_c.dtype), axis=-1)
+    lag = xp.abs(rank[..., :, None] - rank[..., None, :])
+    rho = xp.asarray(rho, dtype=log_c.dtype)[..., None, None]
+    kappa = xp.asarray(kappa, dtype=log_c.dtype)[..., None, None]
+    ell = xp.asarray(ell, dtype=log_c.dtype)[..., None, None]
+    ar = xp.where(lag == 0, 1.0, xp.abs(rho) ** lag * xp.sign(rho) ** (lag % 2))
+    ou = kappa**2 * xp.exp(-xp.abs(log_c[..., :, None] - log_c[..., None, :]) / ell)
+    both = m[..., :, None] & m[..., None, :]
+    eye = xp.eye(log_c.shape[-1], dtype=log_c.dtype)
+    return xp.where(both, ar + ou, eye)
+
+
+def whitening(log_c, mask, rho, kappa, ell, xp=jnp):
+    """Whitening matrix ``L^-1`` of :func:`correlation_matrix` and ``log det`` of it.
+
+    ``L^-1 e`` has independent unit-variance entries when ``e`` has the correlation
+    :func:`correlation_matrix`; rows of points outside the fit are unit vectors. The
+    sampler gets it computed with NumPy (``xp=numpy``), as data: a Cholesky factorisation
+    inside the sampler's program, run on several CPU devices at once, hung XLA's CPU
+    runtime (measured: the first chunk never returned).
+    """
+    K = correlation_matrix(log_c, mask, rho, kappa, ell, xp=xp)
+    L = xp.linalg.cholesky(K)
+    eye = xp.broadcast_to(xp.eye(K.shape[-1], dtype=K.dtype), K.shape)
+    if xp is jnp:
+        W = jax.scipy.linalg.solve_triangular(L, eye, lower=True)
+    else:
+        W = np.linalg.solve(L, eye)
+    logdet = 2.0 * xp.sum(xp.log(xp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return W, logdet
+
+
+def _residuals(compute, reward, mask, R0, stride):
+    """Least-squares residuals of each run (rows of ``log_c``, ``resid``, ``mask``), every
+    ``stride``-th fitted point."""
+    from ..analyses.baseline import paper_fit_arrays  # the paper's grid fit, numpy only
+
+    compute = np.asarray(compute, float)
+    reward = np.asarray(reward, float)
+    use = np.asarray(mask, bool) & (compute > 0) & np.isfinite(reward)
+    rows = [i for i in range(compute.shape[0]) if use[i].sum() >= MIN_POINTS][:MAX_RUNS]
+    width = max([len(range(0, int(use[i].sum()), stride)) for i in rows] or [1])
+    log_c = np.zeros((len(rows), width))
+    resid = np.zeros((len(rows), width))
+    m = np.zeros((len(rows), width), bool)
+    for k, i in enumerate(rows):  # a few ms a run, once a batch
+        c, y = compute[i][use[i]][::stride], reward[i][use[i]][::stride]
+        f = paper_fit_arrays(c, y, float(R0[i]))
+        if not np.isfinite(f["rss"]):
+            continue
+        curve = f["R0"] + (f["A"] - f["R0"]) / (1.0 + (f["C_mid"] / c) ** f["B"])
+        n = len(c)
+        log_c[k, :n], resid[k, :n], m[k, :n] = np.log(c), y - curve, True
+        log_c[k, n:] = log_c[k, n - 1]
+    return log_c, resid, m
+
+
+def shape_noise_arrays(
+    compute, reward, mask, R0, rho: float, *, rho_free: bool = False
+) -> tuple[float, float, float, float]:
+    """The batch's smooth departures from the sigmoid, ``(kappa, ell)``, and the evidence.
+
+    Parameters
+    ----------
+    compute, reward, mask : ndarray, shape (run, point)
+        A fit window's points (``mask`` the fitted ones).
+    R0 : ndarray, shape (run,)
+        Each run's first evaluation.
+    rho : float
+        The batch's AR(1) correlation of consecutive evaluations' errors.
+    rho_free : bool
+        Estimate the AR(1) correlation jointly, on :data:`RHO_GRID`, in both the model
+        with departures and the one without. With ``rho`` fixed at the variogram's
+        estimate (which differencing makes blind to curvature, and which is capped at
+        0.9), departures of a short length scale took the place of the evaluation noise's
+        own correlation on simulated AR(1) noise (``kappa`` at the top of the grid) and
+        made the 4x bands narrower.
+
+    Returns
+    -------
+    kappa, ell, gain, rho : float
+        ``kappa`` is 0 when the best grid point's log-likelihood gain over the best model
+        without departures, ``gain``, is below :data:`MIN_GAIN` (or no run has
+        :data:`MIN_POINTS` points); ``rho`` is the correlation to fit with (the joint
+        estimate where ``kappa > 0`` and ``rho_free``, else the given one).
+    """
+    n_max = int(np.max(np.sum(np.asarray(mask, bool) & (np.asarray(compute, float) > 0), axis=1), initial=0))
+    stride = max(1, math.ceil(n_max / MAX_POINTS))
+    rhos = [r**stride for r in RHO_GRID] if rho_free else [float(rho) ** stride]
+    log_c, resid, m = _residuals(compute, reward, mask, np.asarray(R0, float), stride)
+    if not m.any():
+        return 0.0, ELL_GRID[0], 0.0, float(rho)
+    n = m.sum(axis=1)
+    best = (-np.inf, 0.0, ELL_GRID[0], 0.0)
+    base = -np.inf
+    for r in rhos:
+        for kappa in KAPPA_GRID:
+            for ell in ELL_GRID if kappa > 0 else ELL_GRID[:1]:
+                K = correlation_matrix(log_c, m, r, kappa, ell, xp=np)
+                L = np.linalg.cholesky(K)
+                w = np.linalg.solve(L, resid[..., None])[..., 0]
+                s2 = np.maximum(np.sum(w * w, axis=1) / np.maximum(n, 1), 1e-300)
+                logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=1, axis2=2)), axis=1)
+                ll = float(np.sum(np.where(n > 0, -0.5 * n * np.log(s2) - 0.5 * logdet, 0.0)))
+                if kappa == 0:
+                    base = max(base, ll)
+                if ll > best[0]:
+                    best = (ll, kappa, ell, r)
+    gain = best[0] - base
+    if gain < MIN_GAIN:
+        return 0.0, ELL_GRID[0], float(gain), float(rho)
+    rho_out = float(best[3]) ** (1.0 / stride) if rho_free else float(rho)
+    return float(best[1]), float(best[2]), float(gain), rho_out
+
+
+def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kappa, ell):
+    """Conditional mean and sd (in units of ``sigma``) of new evaluations' errors (NumPy).
+
+    Parameters
+    ----------
+    log_c_fit, mask_fit : ndarray, shape (point,)
+        One run's fitted points.
+    resid : ndarray, shape (draw, point)
+        The fitted points' errors under each draw (``y - curve``).
+    log_c_new : ndarray, shape (q,)
+        Where to forecast (beyond the data: ``steps_ahead > 0``; other points get the
+        stationary variance and no mean).
+    steps_ahead : ndarray, shape (q,)
+        Evaluations after the last fitted one (the AR(1) part's lag), 0 where not ahead.
+    rho, kappa, ell : float
+
+    Returns
+    -------
+    mean : ndarray, shape (draw, q)
+        Conditional mean of the error, in reward units (``resid``'s).
+    sd : ndarray, shape (q,)
+        Conditional sd over ``sigma``.
+    """
+    m = np.asarray(mask_fit, bool)
+    x = np.asarray(log_c_fit, float)[m]
+    e = np.asarray(resid, float)[:, m]
+    n = x.size
+    K = correlation_matrix(x[None], np.ones((1, n), bool), rho, kappa, ell, xp=np)[0]
+    ahead = np.asarray(steps_ahead, float) > 0
+    lag = np.asarray(steps_ahead, float)[:, None] + (n - 1 - np.arange(n))[None, :]  # q, point
+    ar = np.where(ahead[:, None], np.abs(rho) ** lag * np.sign(rho) ** (lag % 2), 0.0)
+    ou = kappa**2 * np.exp(-np.abs(np.asarray(log_c_new, float)[:, None] - x[None, :]) / ell)
+    k = np.where(ahead[:, None], ar + ou, 0.0)  # q, point
+    sol = np.linalg.solve(K, k.T)  # point, q
+    mean = e @ sol
+    var = 1.0 + kappa**2 - np.sum(k * sol.T, axis=1)
+    return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def steps_ahead(compute_fit, mask_fit, compute_new) -> np.ndarray:
+    """Evaluations between each run's last fitted one and each new point (0 where not after it).
+
+    The spacing is the run's median spacing of fitted evaluations, as in the AR(1)
+    forecast. Shapes: ``(run, point)``, ``(run, point)``, ``(run, q)`` -> ``(run, q)``.
+    """
+    comp = np.asarray(compute_fit, float)
+    fitted = np.asarray(mask_fit, bool)
+    new = np.asarray(compute_new, float)
+    rows = np.arange(comp.shape[0])
+    last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)
+    c_last = comp[rows, last]
+    spacing = np.array(
+        [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
+    )
+    k = (new - c_last[:, None]) / spacing[:, None]
+    ahead = (k > 0) & np.isfinite(k)
+    return np.where(ahead, np.maximum(np.round(k), 1.0), 0.0)

@@ -1,0 +1,189 @@
+"""Smooth departures from the sigmoid (``Priors(shape_noise=...)``): the correlation, the
+density, the estimate, the forecast and a fit."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import QUICK
+from scipy import integrate, stats
+
+import bayes_scalerl as bs
+from bayes_scalerl.models.scalerl import gain_conditional, make_run_data
+from bayes_scalerl.models.shape_noise import (
+    correlation_matrix,
+    noise_forecast,
+    shape_noise_arrays,
+    steps_ahead,
+    whitening,
+)
+
+pytestmark = pytest.mark.usefixtures("float64")
+
+
+def _ou(rng, x, sd, ell):
+    """A draw of an Ornstein-Uhlenbeck process at increasing ``x`` (exact transitions)."""
+    f = np.empty_like(x)
+    f[0] = sd * rng.standard_normal()
+    for j in range(1, x.size):
+        a = np.exp(-(x[j] - x[j - 1]) / ell)
+        f[j] = a * f[j - 1] + sd * np.sqrt(1 - a * a) * rng.standard_normal()
+    return f
+
+
+def test_correlation_matrix_is_ar1_plus_ou_on_the_fitted_points_and_identity_elsewhere():
+    x = np.log(np.array([1.0, 2.0, 4.0, 8.0, 16.0]))
+    mask = np.array([False, True, True, True, False])
+    K = correlation_matrix(x[None], mask[None], 0.5, 0.8, 0.7, xp=np)[0]
+    fit = np.flatnonzero(mask)
+    for a, i in enumerate(fit):
+        for b, j in enumerate(fit):
+            want = 0.5 ** abs(a - b) + 0.64 * np.exp(-abs(x[i] - x[j]) / 0.7)
+            assert K[i, j] == pytest.approx(want)
+    assert K[0, 0] == 1 and K[4, 4] == 1 and K[0, 1] == 0 and K[4, 3] == 0
+    W, logdet = whitening(jnp.asarray(x), jnp.asarray(mask), 0.5, 0.8, 0.7)
+    W = np.asarray(W)
+    assert W @ K @ W.T == pytest.approx(np.eye(5), abs=1e-10)
+    assert float(logdet) == pytest.approx(np.linalg.slogdet(K)[1])
+    assert W[0, 1:] == pytest.approx(np.zeros(4)) and W[1:, 0] == pytest.approx(np.zeros(4))
+
+
+def test_gain_conditional_integrates_the_gain_under_the_correlated_noise():
+    """``log_norm`` is log of the integral over the gain of N(y; R0 + g s, sigma^2 K) / (1 - R0)."""
+    rng = np.random.default_rng(0)
+    c = np.array([0.0, 500, 1000, 1500, 2000, 2500, 3000, 3500])
+    mask = c > 0
+    R0, logB, logC, sigma = 0.3, np.log(2.0), np.log(2500.0), 0.01
+    s = 1 / (1 + (np.exp(logC) / np.where(mask, c, 1.0)) ** np.exp(logB)) * mask
+    y = R0 + 0.3 * s + rng.normal(0, sigma, c.size) * mask
+    priors = bs.Priors(shape_noise=(0.9, 0.6), rho=0.3)
+    data = make_run_data(c, y, mask, R0, 3500.0, priors, rho=0.3, ou=jnp.array([0.9, 0.6]))
+    cond = gain_conditional(
+        jnp.asarray(logB), jnp.asarray(logC), jnp.asarray(sigma), jnp.asarray(R0), data, priors
+    )
+    K = correlation_matrix(np.log(np.where(mask, c, 1.0))[None], mask[None], 0.3, 0.9, 0.6, xp=np)[0]
+    f = np.flatnonzero(mask)
+    cov = sigma**2 * K[np.ix_(f, f)]
+
+    def lik(g):
+        return stats.multivariate_normal(R0 + g * s[f], cov).pdf(y[f]) / (1 - R0)
+
+    val, _ = integrate.quad(lik, 0, 1 - R0, points=[0.3], limit=200)
+    assert float(cond.log_norm) == pytest.approx(np.log(val), abs=1e-6)
+
+
+def test_estimate_finds_departures_only_where_there_are_some():
+    rng = np.random.default_rng(5)
+    n_runs, n = 24, 120
+    c = np.linspace(0, 8000, n + 1)
+    x = np.log(c[1:])
+    R0 = rng.uniform(0.2, 0.4, n_runs)
+    A = R0 + rng.uniform(0.2, 0.35, n_runs)
+    mean = R0[:, None] + (A - R0)[:, None] / (1 + (3000.0 / c[None, 1:]) ** 2.0)
+    noise = 0.01 * rng.standard_normal((n_runs, n))
+    wiggle = np.stack([_ou(rng, x, 0.015, 1.0) for _ in range(n_runs)])
+
+    def estimate(y):
+        comp = np.broadcast_to(c, (n_runs, n + 1))
+        reward = np.concatenate([R0[:, None], y], axis=1)
+        mask = np.broadcast_to(c > 0, comp.shape)
+        return shape_noise_arrays(comp, reward, mask, R0, 0.3, rho_free=True)
+
+    kappa, _, gain, rho = estimate(mean + noise)
+    assert kappa == 0.0 and gain < 3.0 and rho == 0.3  # clean sigmoids: no term, the default's fit
+    kappa, ell, gain, rho = estimate(mean + noise + wiggle)
+    assert kappa >= 0.75 and 0.5 <= ell <= 4.0 and gain > 20.0 and rho < 0.3
+    # AR(1) evaluation noise alone is the AR(1) part's, not departures
+    ar = np.empty_like(noise)
+    ar[:, 0] = noise[:, 0]
+    for j in range(1, n):
+        ar[:, j] = 0.7 * ar[:, j - 1] + np.sqrt(1 - 0.49) * noise[:, j]
+    kappa, _, gain, _ = estimate(mean + ar)
+    assert kappa == 0.0 and gain < 3.0
+
+
+def test_forecast_is_the_ar1_forecast_without_departures_and_reverts_with_them():
+    rng = np.random.default_rng(1)
+    c = np.arange(1.0, 21.0) * 100
+    x = np.log(c)
+    mask = np.ones(20, bool)
+    e = rng.normal(0, 0.01, (3, 20))
+    new = np.array([2100.0, 2300.0, 1e6])
+    ahead = steps_ahead(c[None], mask[None], new[None])[0]
+    assert ahead.tolist() == [1.0, 3.0, 9980.0]
+    mean, sd = noise_forecast(x, mask, e, np.log(new), ahead, 0.6, 0.0, 1.0)
+    assert mean == pytest.approx(e[:, -1:] * 0.6**ahead)
+    assert sd == pytest.approx(np.sqrt(1 - 0.6 ** (2 * ahead)))
+    mean, sd = noise_forecast(x, mask, e, np.log(new), ahead, 0.0, 1.5, 0.5)
+    assert sd[-1] == pytest.approx(np.sqrt(1 + 1.5**2)) and mean[:, -1] == pytest.approx(0.0, abs=1e-6)
+    assert sd[0] < sd[1] < sd[2]  # the departure seen at the end of the data fades with distance
+
+
+def test_priors_check_the_setting():
+    assert bs.Priors(shape_noise=[1, 0.5]).shape_noise == (1.0, 0.5)
+    for bad in [(-1.0, 0.5), (1.0, 0.0), "yes", (1.0,)]:
+        with pytest.raises(ValueError, match="shape_noise"):
+            bs.Priors(shape_noise=bad)
+    with pytest.raises(ValueError, match="shape_noise needs"):
+        bs.Priors(likelihood="student_t", shape_noise=(1.0, 0.5))
+    with pytest.raises(ValueError, match="shape_noise needs"):
+        bs.Priors(rho=None, shape_noise=(1.0, 0.5))
+    assert bs.Priors().shape_noise == "auto"  # the default; with other likelihoods it means none
+    assert bs.Priors(likelihood="student_t").shape_noise == "auto"
+
+
+def test_fit_with_departures_reuses_one_program_and_widens_the_band(keep_programs):
+    from bayes_scalerl import engine
+
+    rng = np.random.default_rng(4)
+    truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 8001, 200.0), rng)
+    kw = dict(discrepancy=False, seed=0, retry=False, fit_until=4000, **QUICK)
+    plain = bs.fit(df, priors=bs.Priors(shape_noise=None), **kw)
+    first = bs.fit(df, priors=bs.Priors(shape_noise=(0.5, 1.0)), **kw)
+    before = engine.trace_count()
+    second = bs.fit(df, priors=bs.Priors(shape_noise=(2.0, 1.0)), **kw)
+    assert engine.trace_count() == before  # (kappa, ell) is data of the program, not part of it
+    assert second.settings["priors"]["shape_noise"] == [2.0, 1.0]
+    assert "smooth departures in log compute, sd 2 sigma" in second.settings["noise"]
+    widths = []
+    for res in (plain, first, second):
+        p = res.predict([16000.0], kind="observation")
+        widths.append(float((p["q95"] - p["q05"]).mean()))
+    assert widths[0] < widths[2]  # more departures, less evidence, a wider band
+    assert np.std(plain.draws("A")) < np.std(first.draws("A")) < np.std(second.draws("A"))
+    loglik = second.log_likelihood()["reward"].values
+    assert np.isfinite(loglik[..., second.dt["constant_data"]["in_fit"].values]).all()
+    with pytest.raises(ValueError, match="hierarchical model has no shape_noise"):
+        bs.fit(df.assign(recipe="r"), model="hierarchical", priors=bs.Priors(shape_noise=(1.0, 0.5)))
+
+
+def test_auto_on_clean_curves_is_the_fit_without_the_term():
+    rng = np.random.default_rng(6)
+    truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
+    df = bs.simulate_runs(truth, np.arange(0, 8001, 400.0), rng)
+    kw = dict(seed=0, fit_until=6000, **QUICK)
+    default = bs.fit(df, priors=bs.Priors(shape_noise=None), **kw)
+    auto = bs.fit(df, **kw)  # the default, "auto"
+    assert auto.settings["priors"]["shape_noise"] is None
+    assert auto.settings["noise"].endswith("no smooth departures from the sigmoid found in the data")
+    np.testing.assert_array_equal(auto.draws("A"), default.draws("A"))
+
+
+def test_pointwise_loglik_sums_to_the_joint_density():
+    from bayes_scalerl.models.sigmoid import SigmoidModel
+
+    rng = np.random.default_rng(2)
+    c = np.array([0.0, 500, 1000, 1500, 2000, 2500, 3000, 3500])
+    mask = c > 0
+    y = 0.3 + 0.2 * mask * (c / 3500) + rng.normal(0, 0.01, c.size)
+    priors = bs.Priors(shape_noise=(1.2, 0.8), rho=0.4)
+    data = make_run_data(c, y, mask, 0.3, 3500.0, priors, rho=0.4, ou=jnp.array([1.2, 0.8]))
+    params = {"A": 0.6, "B": 1.5, "C_mid": 2000.0, "sigma": 0.012}
+    ll = np.asarray(SigmoidModel(priors).loglik({k: jnp.asarray(v) for k, v in params.items()}, data))
+    mu = 0.3 + 0.3 / (1 + (2000.0 / c[mask]) ** 1.5)
+    K = correlation_matrix(np.log(np.where(mask, c, 1.0))[None], mask[None], 0.4, 1.2, 0.8, xp=np)[0]
+    f = np.flatnonzero(mask)
+    joint = stats.multivariate_normal(mu, 0.012**2 * K[np.ix_(f, f)]).logpdf(y[f])
+    assert ll[mask].sum() == pytest.approx(joint, abs=1e-8)
