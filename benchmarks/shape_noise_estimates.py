@@ -81,8 +81,19 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         f"# {platform.node()}, {platform.processor() or platform.machine()}, bayes_scalerl {bs.__version__}"
     )
     print(f"# {args.runs_per_scenario} runs a scenario, {args.n_evals} evaluations a run, seed {args.seed}\n")
-    print(out.to_markdown(index=False, floatfmt=".3g"))
+    print(_markdown(out))
     return out
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    """A Markdown table (numbers to three significant digits)."""
+
+    def cell(v) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

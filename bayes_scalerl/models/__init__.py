@@ -7,7 +7,9 @@ implement :class:`~bayes_scalerl.models.base.BatchedModel` (the sigmoid, :mod:`.
 the power and exponential families, :mod:`.families`), the discrepancy beyond the data
 (:mod:`.discrepancy`), the hierarchical model of seeds within recipes with its reference
 NumPyro sampler (:mod:`.hierarchical`) and the blocked Gibbs sampler the fits use
-(:mod:`.pooling`). It imports only :mod:`bayes_scalerl.data` from the package.
+(:mod:`.pooling`), smooth departures from the sigmoid in the noise model
+(:mod:`.shape_noise`) and the paper's least-squares fit of one run (:mod:`.least_squares`).
+It imports only :mod:`bayes_scalerl.data` from the package.
 """
 
 from .base import BatchedModel, uniform_init

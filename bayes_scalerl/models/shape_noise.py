@@ -23,7 +23,7 @@ the data decays over ``ell`` e-folds of compute, and its variance returns to
 ``kappa^2 sigma^2``.
 
 The estimate (:func:`shape_noise_arrays`) fits each run by least squares
-(:func:`~bayes_scalerl.analyses.baseline.paper_fit_arrays`), and maximises the batch's
+(:func:`~bayes_scalerl.models.least_squares.paper_fit_arrays`), and maximises the batch's
 Gaussian likelihood of the residuals over a grid of ``(kappa, ell)``, each run's ``sigma``
 profiled out, with ``rho`` fixed at the batch's evaluation-noise correlation. ``kappa`` is
 kept only where the likelihood beats ``kappa = 0`` by :data:`MIN_GAIN` log units (a
@@ -38,6 +38,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .least_squares import paper_fit_arrays
 
 __all__ = [
     "KAPPA_GRID",
@@ -125,8 +127,6 @@ def whitening(log_c, mask, rho, kappa, ell, xp=jnp):
 def _residuals(compute, reward, mask, R0, stride):
     """Least-squares residuals of each run (rows of ``log_c``, ``resid``, ``mask``), every
     ``stride``-th fitted point."""
-    from ..analyses.baseline import paper_fit_arrays  # the paper's grid fit, numpy only
-
     compute = np.asarray(compute, float)
     reward = np.asarray(reward, float)
     use = np.asarray(mask, bool) & (compute > 0) & np.isfinite(reward)
