@@ -266,8 +266,9 @@ def fit(
             noise += f"; smooth departures in log compute, sd {kappa:g} sigma, length {ell:g} e-folds" + (
                 " (estimated from the data)" if auto_ou else ""
             )
-        else:  # none found (or none given): the fit without the term, exactly
-            model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, shape_noise=None))
+        else:  # none found (or none given): the fit without the term, exactly (the model's
+            # "auto" without a window.ou adds none; it stays "auto" so that a checkpoint of the
+            # same settings on other data says the data changed, not the model)
             priors = dataclasses.replace(priors, shape_noise=None)
             noise += "; no smooth departures from the sigmoid found in the data" if auto_ou else ""
     if discrepancy is True:
