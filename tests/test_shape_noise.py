@@ -10,7 +10,7 @@ from conftest import QUICK
 from scipy import integrate, stats
 
 import bayes_scalerl as bs
-from bayes_scalerl.models.scalerl import gain_conditional, make_run_data
+from bayes_scalerl.models.scalerl import ar1_whiten, gain_conditional, make_run_data
 from bayes_scalerl.models.shape_noise import (
     correlation_matrix,
     noise_forecast,
@@ -112,16 +112,69 @@ def test_forecast_is_the_ar1_forecast_without_departures_and_reverts_with_them()
     new = np.array([2100.0, 2300.0, 1e6])
     ahead = steps_ahead(c[None], mask[None], new[None])[0]
     assert ahead.tolist() == [1.0, 3.0, 9980.0]
-    mean, sd = noise_forecast(x, mask, e, np.log(new), ahead, 0.6, 0.0, 1.0)
+
+    def one(rho, kappa, ell):
+        mean, sd = noise_forecast(
+            x[None], mask[None], e[None], np.log(new)[None], ahead[None], rho, kappa, ell
+        )
+        return mean[0], sd[0]
+
+    mean, sd = one(0.6, 0.0, 1.0)
     assert mean == pytest.approx(e[:, -1:] * 0.6**ahead)
     assert sd == pytest.approx(np.sqrt(1 - 0.6 ** (2 * ahead)))
-    mean, sd = noise_forecast(x, mask, e, np.log(new), ahead, 0.0, 1.5, 0.5)
+    mean, sd = one(0.0, 1.5, 0.5)
     assert sd[-1] == pytest.approx(np.sqrt(1 + 1.5**2)) and mean[:, -1] == pytest.approx(0.0, abs=1e-6)
     assert sd[0] < sd[1] < sd[2]  # the departure seen at the end of the data fades with distance
 
 
+def test_forecast_of_a_batch_is_each_runs_gaussian_conditional():
+    """Runs of different lengths at once: the joint Gaussian's conditional, run by run."""
+    rng = np.random.default_rng(3)
+    c = np.arange(0.0, 16.0) * 250
+    masks = np.stack([c > 0, (c > 0) & (c <= 2500)])  # the second run has 10 fitted points
+    rho, kappa, ell = np.array([0.5, -0.3]), np.array([1.2, 0.7]), np.array([0.8, 2.0])
+    new = np.array([[4000.0, 5000.0, 9000.0], [2600.0, 3500.0, 200.0]])
+    e = rng.normal(0, 0.01, (2, 4, c.size))
+    ahead = steps_ahead(np.broadcast_to(c, (2, c.size)), masks, new)
+    assert ahead.tolist() == [[1.0, 5.0, 21.0], [1.0, 4.0, 0.0]]  # at least one step; before: none
+    x = np.log(np.maximum(c, 1e-300))
+    mean, sd = noise_forecast(np.broadcast_to(x, (2, c.size)), masks, e, np.log(new), ahead, rho, kappa, ell)
+    for i in range(2):
+        f = np.flatnonzero(masks[i])
+        k = len(f)
+        # the joint correlation of the fitted points and the new ones, new point j after the last
+        # fitted one by ahead[j] evaluations
+        pos = np.concatenate([np.arange(k), k - 1 + ahead[i]])
+        lc = np.concatenate([x[f], np.log(new[i])])
+        lag = np.abs(pos[:, None] - pos[None, :])
+        S = rho[i] ** lag + kappa[i] ** 2 * np.exp(-np.abs(lc[:, None] - lc[None, :]) / ell[i])
+        for j in range(3):
+            if ahead[i, j] == 0:
+                assert mean[i, :, j] == pytest.approx(0.0) and sd[i, j] == pytest.approx(
+                    np.sqrt(1 + kappa[i] ** 2)
+                )
+                continue
+            w = np.linalg.solve(S[:k, :k], S[:k, k + j])
+            assert mean[i, :, j] == pytest.approx(e[i][:, f] @ w, rel=1e-9)
+            assert sd[i, j] ** 2 == pytest.approx(S[k + j, k + j] - S[k + j, :k] @ w, rel=1e-9)
+
+
+def test_correlation_breaks_the_ar1_chain_at_a_gap_as_the_whitening_does():
+    x = np.log(np.arange(1.0, 7.0))
+    mask = np.array([True, True, False, True, True, True])
+    K = correlation_matrix(x[None], mask[None], 0.6, 0.0, 1.0, xp=np)[0]
+    f = np.flatnonzero(mask)
+    W = np.zeros((6, 6))  # ar1_whiten as a matrix: a gap starts a new chain
+    e = np.eye(6)
+    for j in range(6):
+        W[:, j] = np.asarray(ar1_whiten(jnp.asarray(e[j]), jnp.asarray(mask), 0.6))
+    assert (W @ K @ W.T)[np.ix_(f, f)] == pytest.approx(np.eye(5), abs=1e-12)
+    assert K[1, 3] == 0.0 and K[0, 1] == pytest.approx(0.6) and K[3, 5] == pytest.approx(0.36)
+
+
 def test_priors_check_the_setting():
     assert bs.Priors(shape_noise=[1, 0.5]).shape_noise == (1.0, 0.5)
+    assert bs.Priors(shape_noise=(0, 0.5)).shape_noise is None  # no departures: the model without them
     for bad in [(-1.0, 0.5), (1.0, 0.0), "yes", (1.0,)]:
         with pytest.raises(ValueError, match="shape_noise"):
             bs.Priors(shape_noise=bad)

@@ -95,10 +95,11 @@ class Priors:
         Departures from the sigmoid that are smooth in log compute, shared by
         neighbouring evaluations over a stretch of a curve (an Ornstein-Uhlenbeck process
         in ``log C`` on top of the evaluation noise): ``(kappa, ell)`` gives its sd as a
-        multiple of ``sigma`` and its length scale in e-folds of compute. ``None``
-        (default) leaves it out; ``"auto"`` estimates both once from the batch
-        (:func:`~bayes_scalerl.data.noise.shape_noise_arrays`), as ``rho="auto"`` does the
-        correlation. It makes the fit count a dense log's smooth wiggles as the few
+        multiple of ``sigma`` and its length scale in e-folds of compute (a ``kappa`` of 0
+        is ``None``). ``None`` leaves it out; ``"auto"`` (default) estimates both once from
+        the batch (:func:`~bayes_scalerl.models.shape_noise.shape_noise_arrays`), as
+        ``rho="auto"`` does the correlation, and leaves it out where the data show none.
+        It makes the fit count a dense log's smooth wiggles as the few
         pieces of evidence they are, and adds their variance to bands beyond the data.
         Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
     """
@@ -151,7 +152,8 @@ class Priors:
                     "Priors: shape_noise needs likelihood='ar1' with a fixed rho, or 'gaussian'; got "
                     f"likelihood={self.likelihood!r}, rho={self.rho!r}."
                 )
-            object.__setattr__(self, "shape_noise", (kappa, ell))
+            # no departures is the model without the term, bit for bit
+            object.__setattr__(self, "shape_noise", (kappa, ell) if kappa > 0 else None)
         if (self.A_loc is None) != (self.A_scale is None):
             raise ValueError("Priors: give both A_loc and A_scale, or neither (uniform A).")
         checks = {

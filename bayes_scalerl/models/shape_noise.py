@@ -73,6 +73,26 @@ MAX_RUNS = 256
 MAX_POINTS = 200
 
 
+def _ar1_lags(mask, xp):
+    """Lag between fitted points in fitted points, and whether they share a stretch.
+
+    A stretch is a run of consecutive fitted points; a gap breaks the AR(1) chain, as in
+    :func:`~bayes_scalerl.models.scalerl.ar1_whiten` (points in different stretches have
+    independent AR(1) parts). Shapes ``(..., point)`` -> two ``(..., point, point)``.
+    """
+    m = xp.asarray(mask)
+    prev = xp.concatenate([xp.zeros_like(m[..., :1]), m[..., :-1]], axis=-1)
+    stretch = xp.cumsum((m & ~prev).astype(xp.int32), axis=-1)
+    rank = xp.cumsum(m.astype(xp.int32), axis=-1)
+    lag = xp.abs(rank[..., :, None] - rank[..., None, :])
+    return lag, stretch[..., :, None] == stretch[..., None, :]
+
+
+def _ar1_correlation(rho, lag, xp):
+    """``rho ** lag`` for a ``rho`` of either sign (whole lags)."""
+    return xp.where(lag == 0, 1.0, xp.abs(rho) ** lag * xp.sign(rho) ** (lag % 2))
+
+
 def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
     """Correlation of the fitted points' errors, identity on the others.
 
@@ -81,8 +101,9 @@ def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
     log_c : array, shape (..., point)
         Log compute of each point.
     mask : array of bool, shape (..., point)
-        Fitted points (taken as consecutive evaluations in order; the AR(1) part counts
-        the lag between them in fitted points).
+        Fitted points. The AR(1) part counts the lag between them in evaluations and,
+        as :func:`~bayes_scalerl.models.scalerl.ar1_whiten`, breaks at a gap (the fit
+        windows the package builds have none); the departures see only ``log C``.
     rho, kappa, ell : array
         Broadcastable to the leading shape.
     xp : module
@@ -93,12 +114,11 @@ def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
     array, shape (..., point, point)
     """
     m = xp.asarray(mask)
-    rank = xp.cumsum(m.astype(log_c.dtype), axis=-1)
-    lag = xp.abs(rank[..., :, None] - rank[..., None, :])
+    lag, same = _ar1_lags(m, xp)
     rho = xp.asarray(rho, dtype=log_c.dtype)[..., None, None]
     kappa = xp.asarray(kappa, dtype=log_c.dtype)[..., None, None]
     ell = xp.asarray(ell, dtype=log_c.dtype)[..., None, None]
-    ar = xp.where(lag == 0, 1.0, xp.abs(rho) ** lag * xp.sign(rho) ** (lag % 2))
+    ar = xp.where(same, _ar1_correlation(rho, lag.astype(log_c.dtype), xp), 0.0)
     ou = kappa**2 * xp.exp(-xp.abs(log_c[..., :, None] - log_c[..., None, :]) / ell)
     both = m[..., :, None] & m[..., None, :]
     eye = xp.eye(log_c.shape[-1], dtype=log_c.dtype)
@@ -244,60 +264,92 @@ def shape_noise_arrays(
     return float(best[1]), float(best[2]), float(gain), rho_out
 
 
+#: Runs per block of :func:`noise_forecast` (bounds its ``(run, point, point)`` memory).
+_FORECAST_BLOCK = 32
+
+
 def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kappa, ell):
     """Conditional mean and sd (in units of ``sigma``) of new evaluations' errors (NumPy).
 
+    Every run of a batch at once (one batched solve per block of runs).
+
     Parameters
     ----------
-    log_c_fit, mask_fit : ndarray, shape (point,)
-        One run's fitted points.
-    resid : ndarray, shape (draw, point)
-        The fitted points' errors under each draw (``y - curve``).
-    log_c_new : ndarray, shape (q,)
+    log_c_fit, mask_fit : ndarray, shape (run, point)
+        The runs' points and which of them were fitted.
+    resid : ndarray, shape (run, draw, point)
+        The fitted points' errors under each draw (``y - curve``; other points ignored).
+    log_c_new : ndarray, shape (run, q)
         Where to forecast (beyond the data: ``steps_ahead > 0``; other points get the
-        stationary variance and no mean).
-    steps_ahead : ndarray, shape (q,)
-        Evaluations after the last fitted one (the AR(1) part's lag), 0 where not ahead.
-    rho, kappa, ell : float
+        stationary sd and no mean).
+    steps_ahead : ndarray, shape (run, q)
+        Evaluations after the last fitted one (the AR(1) part's lag), 0 where not ahead
+        (:func:`steps_ahead`).
+    rho, kappa, ell : float or ndarray, shape (run,)
 
     Returns
     -------
-    mean : ndarray, shape (draw, q)
-        Conditional mean of the error, in reward units (``resid``'s).
-    sd : ndarray, shape (q,)
-        Conditional sd over ``sigma``.
+    mean : ndarray, shape (run, draw, q)
+        Conditional mean of the error, in reward units (``resid``'s); 0 where not ahead.
+    sd : ndarray, shape (run, q)
+        Conditional sd over ``sigma``; ``sqrt(1 + kappa^2)`` where not ahead.
     """
     m = np.asarray(mask_fit, bool)
-    x = np.asarray(log_c_fit, float)[m]
-    e = np.asarray(resid, float)[:, m]
-    n = x.size
-    K = correlation_matrix(x[None], np.ones((1, n), bool), rho, kappa, ell, xp=np)[0]
-    ahead = np.asarray(steps_ahead, float) > 0
-    lag = np.asarray(steps_ahead, float)[:, None] + (n - 1 - np.arange(n))[None, :]  # q, point
-    ar = np.where(ahead[:, None], np.abs(rho) ** lag * np.sign(rho) ** (lag % 2), 0.0)
-    ou = kappa**2 * np.exp(-np.abs(np.asarray(log_c_new, float)[:, None] - x[None, :]) / ell)
-    k = np.where(ahead[:, None], ar + ou, 0.0)  # q, point
-    sol = np.linalg.solve(K, k.T)  # point, q
-    mean = e @ sol
-    var = 1.0 + kappa**2 - np.sum(k * sol.T, axis=1)
-    return mean, np.sqrt(np.maximum(var, 0.0))
+    x = np.where(m, np.asarray(log_c_fit, float), 0.0)
+    n_runs = m.shape[0]
+    rho, kappa, ell = (np.broadcast_to(np.asarray(v, float), (n_runs,)) for v in (rho, kappa, ell))
+    ahead_k = np.asarray(steps_ahead, float)
+    x_new = np.asarray(log_c_new, float)
+    e = np.where(m[:, None, :], np.asarray(resid, float), 0.0)
+    mean = np.zeros((n_runs, e.shape[1], x_new.shape[1]))
+    sd = np.empty(x_new.shape)
+    for lo in range(0, n_runs, _FORECAST_BLOCK):
+        sl = slice(lo, min(lo + _FORECAST_BLOCK, n_runs))
+        mb, xb, r, k2, el = m[sl], x[sl], rho[sl, None, None], kappa[sl, None, None] ** 2, ell[sl, None, None]
+        K = correlation_matrix(xb, mb, rho[sl], kappa[sl], ell[sl], xp=np)  # run, point, point
+        # the new point follows the last fitted one: AR(1) lag to each point of the last stretch
+        lag, same = _ar1_lags(mb, np)
+        last = mb.shape[1] - 1 - np.argmax(mb[:, ::-1], axis=1)
+        rows = np.arange(mb.shape[0])
+        to_last = lag[rows, last]  # run, point: fitted points between each point and the last one
+        in_last = same[rows, last] & mb
+        ahead = ahead_k[sl] > 0  # run, q
+        ar_lag = ahead_k[sl][:, :, None] + to_last[:, None, :]
+        ar = np.where(in_last[:, None, :], _ar1_correlation(r, ar_lag, np), 0.0)
+        ou = k2 * np.exp(-np.abs(x_new[sl][:, :, None] - xb[:, None, :]) / el)
+        cross = np.where(ahead[:, :, None] & mb[:, None, :], ar + ou, 0.0)  # run, q, point
+        sol = np.linalg.solve(K, np.swapaxes(cross, 1, 2))  # run, point, q
+        mean[sl] = e[sl] @ sol
+        var = 1.0 + k2[:, :, 0] - np.sum(cross * np.swapaxes(sol, 1, 2), axis=2)
+        sd[sl] = np.where(ahead, np.sqrt(np.maximum(var, 0.0)), np.sqrt(1.0 + k2[:, :, 0]))
+    return mean, sd
+
+
+def _median_spacing(compute, fitted) -> np.ndarray:
+    """Each run's median spacing of consecutive fitted evaluations (NaN with fewer than two)."""
+    comp = np.where(fitted, np.asarray(compute, float), np.nan)
+    order = np.argsort(~fitted, axis=1, kind="stable")  # the fitted points first, in order
+    packed = np.take_along_axis(comp, order, axis=1)
+    gaps = np.diff(packed, axis=1)
+    out = np.full(comp.shape[0], np.nan)
+    some = np.isfinite(gaps).any(axis=1)
+    out[some] = np.nanmedian(gaps[some], axis=1)
+    return out
 
 
 def steps_ahead(compute_fit, mask_fit, compute_new) -> np.ndarray:
     """Evaluations between each run's last fitted one and each new point (0 where not after it).
 
-    The spacing is the run's median spacing of fitted evaluations, as in the AR(1)
-    forecast. Shapes: ``(run, point)``, ``(run, point)``, ``(run, q)`` -> ``(run, q)``.
+    A point's count is its distance from the last fitted evaluation over the run's median
+    spacing of fitted evaluations, rounded to a whole number of at least 1 (the AR(1)
+    forecast's lag). Shapes: ``(run, point)``, ``(run, point)``, ``(run, q)`` -> ``(run, q)``.
     """
     comp = np.asarray(compute_fit, float)
     fitted = np.asarray(mask_fit, bool)
     new = np.asarray(compute_new, float)
-    rows = np.arange(comp.shape[0])
     last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)
-    c_last = comp[rows, last]
-    spacing = np.array(
-        [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
-    )
-    k = (new - c_last[:, None]) / spacing[:, None]
+    c_last = comp[np.arange(comp.shape[0]), last]
+    with np.errstate(invalid="ignore"):
+        k = (new - c_last[:, None]) / _median_spacing(comp, fitted)[:, None]
     ahead = (k > 0) & np.isfinite(k)
     return np.where(ahead, np.maximum(np.round(k), 1.0), 0.0)

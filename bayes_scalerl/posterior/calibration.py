@@ -101,20 +101,18 @@ def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray
         if ou is not None:
             fit_mu = model.mean(window.compute[sl, None, :], params, R0, None)  # run, sample, point
             rho = window.rho[sl] if window.rho is not None else np.zeros(fit_mu.shape[0])
-            noise_var = np.repeat(noise_var, grid.shape[1], axis=1)
-            for j, i in enumerate(range(sl.start, sl.stop)):
-                shift, sd = noise_forecast(
-                    np.log(np.maximum(window.compute[i], 1e-300)),
-                    window.mask[i] & (window.compute[i] > 0),
-                    window.reward[i][None, :] - fit_mu[j],
-                    np.log(np.maximum(grid[i], 1e-300)),
-                    ahead[i],
-                    float(rho[j]),
-                    float(ou[i, 0]),
-                    float(ou[i, 1]),
-                )
-                mu[j] = mu[j] + shift
-                noise_var[j] = noise_var[j] * sd**2
+            shift, sd = noise_forecast(
+                np.log(np.maximum(window.compute[sl], 1e-300)),
+                window.mask[sl] & (window.compute[sl] > 0),
+                window.reward[sl, None, :] - fit_mu,
+                np.log(np.maximum(grid[sl], 1e-300)),
+                ahead[sl],
+                rho,
+                ou[sl, 0],
+                ou[sl, 1],
+            )
+            mu = mu + shift
+            noise_var = noise_var * sd**2
         mean[sl] = mu.mean(axis=1)
         var[sl] = mu.var(axis=1) + noise_var
 

@@ -27,6 +27,8 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 #: Runs per block of :meth:`FitResult.observed_predictions` (bounds its memory).
 PREDICT_CHUNK = 64
+#: Runs per block of the smooth departures' forecast (bounds its (run, sample, point) errors).
+_FORECAST_BLOCK = 32
 
 
 def _encoding(dt: xr.DataTree) -> dict:
@@ -350,24 +352,18 @@ class FitResult:
         A = A if delta is None else A - delta
         R0 = self._R0_draws(idx)
         ahead = steps_ahead(comp, fitted, c)
-        shift = np.zeros(mu.shape)
+        shift = np.empty(mu.shape)
         sd = np.empty((len(idx), 1, c.shape[1]))
-        for j in range(len(idx)):
+        log_c, log_new = np.log(np.maximum(comp, 1e-300)), np.log(np.maximum(c, 1e-300))
+        for lo in range(0, len(idx), _FORECAST_BLOCK):
+            sl = slice(lo, lo + _FORECAST_BLOCK)
             fit_mu = scalerl_curve(
-                comp[j][None, :], A[j][:, None], B[j][:, None], C[j][:, None], R0[j][:, None]
+                comp[sl, None, :], A[sl, :, None], B[sl, :, None], C[sl, :, None], R0[sl, :, None]
             )
-            m, s = noise_forecast(
-                np.log(np.maximum(comp[j], 1e-300)),
-                fitted[j],
-                y[j][None, :] - fit_mu,
-                np.log(np.maximum(c[j], 1e-300)),
-                ahead[j],
-                rho,
-                kappa,
-                ell,
+            shift[sl], s = noise_forecast(
+                log_c[sl], fitted[sl], y[sl, None, :] - fit_mu, log_new[sl], ahead[sl], rho, kappa, ell
             )
-            shift[j] = m
-            sd[j, 0] = np.where(ahead[j] > 0, s, np.sqrt(1.0 + kappa**2))
+            sd[sl, 0] = s
         return mu + shift, sigma * sd
 
     def _ar1_forecast(self, idx, c, mu, sigma):
@@ -388,18 +384,13 @@ class FitResult:
         last = fitted.shape[1] - 1 - np.argmax(fitted[:, ::-1], axis=1)  # last fitted point per run
         rows = np.arange(len(idx))
         c_last, y_last = comp[rows, last], y[rows, last]
-        spacing = np.array(
-            [np.median(np.diff(comp[i][fitted[i]])) if fitted[i].sum() > 1 else np.nan for i in rows]
-        )
         A, B, C = (self.draws(n, idx) for n in ("A", "B", "C_mid"))
         delta = self._delta(idx)
         A = A if delta is None else A - delta
         mu_last = scalerl_curve(c_last[:, None], A, B, C, self._R0_draws(idx))  # run, sample
         e_last = (y_last[:, None] - mu_last)[..., None]
-        k = (c - c_last[:, None]) / spacing[:, None]  # run, q
-        ahead = (k > 0) & np.isfinite(k)
-        k = np.where(ahead, np.maximum(np.round(k), 1.0), 0.0)[:, None, :]  # whole steps: rho may be < 0
-        w = np.where(ahead[:, None, :], rho**k, 0.0)
+        k = steps_ahead(comp, fitted, c)[:, None, :]  # run, 1, q: whole steps (rho may be < 0)
+        w = np.where(k > 0, rho**k, 0.0)
         return mu + w * e_last, sigma * np.sqrt(1.0 - w**2)
 
     def predict(
