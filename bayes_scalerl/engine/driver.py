@@ -162,20 +162,20 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
 def _with_whitening(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A chunk's inputs with the whitening of smooth departures (``"ou"`` in them).
 
-    It is computed here, with NumPy, one chunk at a time: it takes ``point^2`` numbers a
-    run, and a Cholesky factorisation inside the sampler's program, run on several CPU
-    devices at once, hung XLA's CPU runtime (see
-    :func:`~bayes_scalerl.models.shape_noise.whitening`).
+    The Kalman filter's gains (:func:`~bayes_scalerl.models.shape_noise.state_space_whitening`,
+    ``point * 9`` numbers a run) are computed here, with NumPy, one chunk at a time, and
+    given to the sampler as data. (A dense Cholesky factorisation inside the sampler's
+    program, run on several CPU devices at once, hung XLA's CPU runtime.)
     """
     if "ou" not in arrays:
         return arrays
-    from ..models.shape_noise import whitening
+    from ..models.shape_noise import state_space_whitening
 
     ou = arrays["ou"]
     positive = arrays["compute"] > 0
     log_c = np.log(np.where(positive, arrays["compute"], 1.0))
     rho = arrays.get("rho", np.zeros(ou.shape[0]))
-    W, logdet = whitening(log_c, arrays["mask"] & positive, rho, ou[:, 0], ou[:, 1], xp=np)
+    W, logdet = state_space_whitening(log_c, arrays["mask"] & positive, rho, ou[:, 0], ou[:, 1])
     return {**arrays, "whiten": W, "whiten_logdet": logdet}
 
 

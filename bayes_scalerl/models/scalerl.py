@@ -86,7 +86,7 @@ from jax.scipy.special import log_ndtr, ndtri
 from ..data.noise import noise_correlation_arrays
 from .curve import gain_fraction
 from .priors import Priors
-from .shape_noise import whitening
+from .shape_noise import apply_whitening, state_space_whitening
 
 __all__ = [
     "RunData",
@@ -150,10 +150,12 @@ class RunData(NamedTuple):
         fraction clipped to [0.02, 0.9].
     rho : array, shape ()
         The fixed AR(1) correlation of the run's errors (``Priors.rho`` set; else 0).
-    whiten : array, shape (point, point), optional
-        With ``Priors(shape_noise=...)``: the whitening matrix of the errors' correlation
-        (AR(1) plus smooth departures, :func:`~bayes_scalerl.models.shape_noise.whitening`),
-        which then replaces the AR(1) recursion.
+    whiten : array, shape (point, 9), optional
+        With ``Priors(shape_noise=...)``: the Kalman filter that whitens the errors
+        (AR(1) plus smooth departures,
+        :func:`~bayes_scalerl.models.shape_noise.state_space_whitening`; applied by
+        :func:`~bayes_scalerl.models.shape_noise.apply_whitening`), which then replaces
+        the AR(1) recursion.
     whiten_logdet : array, shape (), optional
         ``log det`` of that correlation matrix.
     """
@@ -254,9 +256,16 @@ def make_run_data(
         whiten = None
     elif whiten is not None:
         whiten, whiten_logdet = (jnp.asarray(a, dtype=jnp.float64) for a in whiten)
-    else:
-        ou = jnp.broadcast_to(jnp.asarray(ou, dtype=jnp.float64), R0.shape + (2,))
-        whiten, whiten_logdet = whitening(log_c, mask_, rho, ou[..., 0], ou[..., 1])
+    else:  # the filter's gains, once (NumPy): the sampler gets them as data (driver)
+        if isinstance(log_c, jax.core.Tracer) or isinstance(ou, jax.core.Tracer):
+            raise ValueError(
+                "smooth departures need the whitening (inputs 'whiten') inside a traced function"
+            )
+        ou = np.broadcast_to(np.asarray(ou, dtype=np.float64), R0.shape + (2,))
+        coef, logdet = state_space_whitening(
+            np.asarray(log_c), np.asarray(mask_), np.asarray(rho), ou[..., 0], ou[..., 1]
+        )
+        whiten, whiten_logdet = jnp.asarray(coef), jnp.asarray(logdet)
     return RunData(
         log_c=log_c,
         positive=positive,
@@ -467,9 +476,9 @@ def gain_conditional(
         # and the whitening's Jacobian adds log(1 - rho^2) per point after a fitted one
         var = sigma**2
         log_det = n * jnp.log(var)
-        if data.whiten is not None:  # AR(1) plus smooth departures: one fixed whitening matrix
-            s = data.whiten @ s
-            r = data.whiten @ r
+        if data.whiten is not None:  # AR(1) plus smooth departures: one fixed whitening filter
+            s = apply_whitening(data.whiten, s)
+            r = apply_whitening(data.whiten, r)
             log_det = log_det + data.whiten_logdet
         elif rho is not None:
             s = ar1_whiten(s, data.mask, rho)
@@ -621,7 +630,7 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     m = data.mask.astype(frac.dtype)
     resid = data.y - p.R0[..., None] - p.gain[..., None] * frac
     if data.whiten is not None:
-        resid = resid @ data.whiten.T
+        resid = apply_whitening(data.whiten, resid)
     elif priors.likelihood == "ar1":
         resid = ar1_whiten(resid, data.mask, p.rho[..., None])
     rss = jnp.sum(m * resid * resid, axis=-1)

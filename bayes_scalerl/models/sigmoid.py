@@ -33,6 +33,7 @@ from .scalerl import (
     refresh_sigma,
     z_index,
 )
+from .shape_noise import apply_whitening
 
 __all__ = ["SigmoidModel"]
 
@@ -123,9 +124,9 @@ class SigmoidModel:
         if lik == "student_t":
             return student_t.logpdf(y, self.priors.nu, loc=mu, scale=sigma)
         var = sigma**2 + data.bvar  # bvar is 0 unless binomial
-        if data.whiten is not None:  # each point given the earlier fitted ones: K = L L^T, W = L^-1
-            w = data.whiten @ jnp.where(data.mask, y - mu, 0.0) / sigma
-            return -0.5 * w**2 - jnp.log(sigma) + jnp.log(jnp.diagonal(data.whiten)) - 0.5 * _LOG_2PI
+        if data.whiten is not None:  # each point given the earlier fitted ones (the filter's innovations)
+            w = apply_whitening(data.whiten, jnp.where(data.mask, y - mu, 0.0)) / sigma
+            return -0.5 * w**2 - jnp.log(sigma) + jnp.log(data.whiten[..., -1]) - 0.5 * _LOG_2PI
         if lik == "ar1":
             rho = params["rho"] if "rho" in params else data.rho
             prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
