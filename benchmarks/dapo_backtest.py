@@ -100,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         default=None,
         help="the discrepancy's refit ratio(s), comma-separated (default: bs.Discrepancy()'s)",
     )
+    p.add_argument(
+        "--per-run",
+        choices=("yes", "no"),
+        default=None,
+        help="draw each run's discrepancy scales from its own refit's errors (default: bs.Discrepancy()'s)",
+    )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
@@ -111,9 +117,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     )
     t0 = time.perf_counter()
     disc = None
-    if a.ratio:
-        r = tuple(float(x) for x in a.ratio.split(","))
-        disc = bs.Discrepancy(ratio=r[0] if len(r) == 1 else r)
+    if a.ratio or a.per_run:
+        kw = {} if a.per_run is None else {"per_run": a.per_run == "yes"}
+        if a.ratio:
+            r = tuple(float(x) for x in a.ratio.split(","))
+            kw["ratio"] = r[0] if len(r) == 1 else r
+        disc = bs.Discrepancy(**kw)
     scores = run(a.data, fractions, a.gpus, a.seed, priors, disc)
     import jax
     import numpyro
@@ -136,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + f", R0 {'fitted' if a.r0 == 'fitted' else 'the first evaluation'}"
         + ", calibrated discrepancy"
         + (f", refit ratio {a.ratio}" if a.ratio else "")
+        + ({"yes": ", each run's own scales", "no": ", the batch's scales"}.get(a.per_run or "", ""))
         + "); `gaussian`: version 0.1's default (exact sigmoid, independent "
         "Gaussian noise), fitted beside it; `ls`: the paper's least-squares point fit; "
         "`boot`: its residual bootstrap.",

@@ -63,6 +63,19 @@ def test_no_deviation_gives_small_scales_and_short_runs_take_the_batch():
     np.testing.assert_allclose(post[200], post[own].mean(axis=0), atol=0.05)
 
 
+def test_batch_scales_are_the_mean_of_the_runs_own_posteriors():
+    """``per_run=False`` gives every run the batch's distribution: at EM's fixed point the
+    mean of the runs' own posteriors, up to the prior's one pseudo-run in 101 (about 1% of
+    the largest cell's weight) and EM's slow last steps (it stops after 500): within 2%."""
+    rng = np.random.default_rng(14)
+    err, var, s2, run = _errors(rng, 100, 0.01, 0.02)
+    own_post, _ = scale_posteriors(err, var, s2, run, 100, Discrepancy(per_run=True))
+    batch, own = scale_posteriors(err, var, s2, run, 100, Discrepancy(per_run=False))
+    assert own.all() and np.array_equal(batch, np.broadcast_to(batch[0], batch.shape))
+    assert not np.allclose(own_post[0], own_post[1])  # each run's own errors move its posterior
+    np.testing.assert_allclose(batch[0], own_post.mean(axis=0), atol=0.02 * batch[0].max())
+
+
 def test_offsets_have_the_stated_spread():
     """Draws of Delta_0 and Delta: sds omega and horizon * tau, within 4% (20,000 draws: 0.5% sd)."""
     k = SCALE_GRID.size

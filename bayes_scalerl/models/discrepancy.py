@@ -72,6 +72,10 @@ class Discrepancy:
         Centre of the prior on ``tau`` (reward per unit of log compute).
     prior_weight : float
         Pseudo-runs of that prior in the batch's distribution of ``tau``.
+    per_run : bool
+        Draw each run's scales from its own posterior (its leave-future-out errors, the
+        batch's distribution as prior); ``False`` draws every run's from the batch's
+        distribution.
     """
 
     horizon: float = math.log(10.0)
@@ -79,6 +83,7 @@ class Discrepancy:
     run_weight: float = 1.0
     prior_scale: float = 0.01
     prior_weight: float = 1.0
+    per_run: bool = True
 
     def __post_init__(self) -> None:
         for name in ("horizon", "run_weight", "prior_scale", "prior_weight"):
@@ -192,6 +197,8 @@ def scale_posteriors(
         pop = new
         if done:
             break
+    if not settings.per_run:
+        return np.broadcast_to(pop.reshape(1, k, k), (n_runs, k, k)).copy(), own
     post = like * pop
     post /= post.sum(axis=1, keepdims=True)
     return post.reshape(n_runs, k, k), own
