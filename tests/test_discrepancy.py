@@ -132,6 +132,8 @@ def test_two_refits_fit_and_score_every_run():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="ratio"):
         Discrepancy(ratio=1.0)
+    with pytest.raises(ValueError, match="per_run must be True or False"):
+        Discrepancy(per_run="no")
     with pytest.raises(ValueError, match="horizon"):
         Discrepancy(horizon=0.0)
 

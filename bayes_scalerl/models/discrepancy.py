@@ -90,6 +90,9 @@ class Discrepancy:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"Discrepancy: {name} must be a positive finite number, got {v!r}.")
+        if not isinstance(self.per_run, bool | np.bool_):
+            raise ValueError(f"Discrepancy: per_run must be True or False, got {self.per_run!r}.")
+        object.__setattr__(self, "per_run", bool(self.per_run))
         raw = self.ratio
         try:
             ratios = tuple(float(r) for r in (raw if isinstance(raw, list | tuple) else (raw,)))
