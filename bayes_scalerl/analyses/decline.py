@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ..data.packing import pack, packing
+
 __all__ = ["decline", "decline_arrays", "MIN_DROP"]
 
 #: Smallest drop (in reward) reported as a fall.
@@ -32,12 +34,8 @@ _NOISE_Z = 4.0
 
 def _packed(c: np.ndarray, y: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each run's fitted points first (compute, reward), NaN after; and their count."""
-    order = np.argsort(~fitted, axis=1, kind="stable")
-    n = fitted.sum(axis=1)
-    keep = np.arange(c.shape[1])[None, :] < n[:, None]
-    c = np.where(keep, np.take_along_axis(c, order, axis=1), np.nan)
-    y = np.where(keep, np.take_along_axis(y, order, axis=1), np.nan)
-    return c, y, n
+    p = packing(fitted)
+    return pack(c, p, np.nan), pack(y, p, np.nan), p.count
 
 
 def decline(dt: xr.DataTree) -> pd.DataFrame:

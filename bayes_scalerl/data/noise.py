@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .packing import pack, packing
+
 __all__ = ["noise_correlation", "noise_correlation_arrays", "variogram_ratio", "with_window_rho"]
 
 #: Fewest fitted evaluations a run needs to enter the estimate (two lag-2 differences).
@@ -72,9 +74,8 @@ def noise_correlation_arrays(reward: np.ndarray, mask: np.ndarray) -> float:
     reward = np.asarray(reward, float)
     mask = np.asarray(mask, bool) & np.isfinite(reward)
     # each run's used evaluations moved to the front of its row, in order (no loop over runs)
-    order = np.argsort(~mask, axis=1, kind="stable")
-    y = np.take_along_axis(np.where(mask, reward, 0.0), order, axis=1)
-    n = mask.sum(axis=1)
+    p = packing(mask)
+    y, n = pack(reward, p, fill=0.0), p.count
     pos = np.arange(y.shape[1])[None, :]
     a = y[:, 2:] - 2.0 * y[:, 1:-1] + y[:, :-2]
     b = y[:, 4:] - 2.0 * y[:, 2:-2] + y[:, :-4]

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .packing import pack, packing
+
 __all__ = ["Runs", "FitWindow", "DataError", "in_likelihood", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
 
 REQUIRED_COLUMNS = ("run", "compute", "reward")
@@ -348,14 +350,8 @@ class Runs:
         longest = int(n_keep.max())
         width = longest if pad_points is None else max(pad_points, longest)
         # each run's kept points first, in order; padding repeats its last kept point
-        order = np.argsort(~keep, axis=1, kind="stable")
-        pos = np.minimum(np.arange(width)[None, :], n_keep[:, None] - 1)
-        take = np.take_along_axis(order, pos, axis=1)
-
-        def gather(a: np.ndarray) -> np.ndarray:
-            return np.take_along_axis(a, take, axis=1)
-
-        compute, reward, n_eval = gather(c_all), gather(r_all), gather(ne_all)
-        mask = np.arange(width)[None, :] < n_keep[:, None]
+        p = packing(keep, width)
+        compute, reward, n_eval = pack(c_all, p), pack(r_all, p), pack(ne_all, p)
+        mask = p.keep
         rows = np.arange(len(names))
         return FitWindow(compute, reward, mask, r_all[:, 0].copy(), compute[rows, n_keep - 1], n_eval)

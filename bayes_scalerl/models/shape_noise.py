@@ -41,11 +41,13 @@ departures are fitted exactly as without the term.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..data.packing import pack, packing
 from .least_squares import paper_fit_arrays
 
 __all__ = [
@@ -196,6 +198,22 @@ def state_space_whitening(log_c, mask, rho, kappa, ell) -> tuple[np.ndarray, np.
     x, m = x.reshape(-1, n), np.broadcast_to(m, lead + (n,)).reshape(-1, n)
     r = x.shape[0]
     rho, kappa, ell = (np.broadcast_to(np.asarray(v, float), lead).reshape(r) for v in (rho, kappa, ell))
+    coef, logdet, _ = _kalman_filter(x, m, rho, kappa, ell)
+    return coef.reshape(lead + (n, STATE_COLUMNS)), logdet.reshape(lead)
+
+
+class _FilterEnd(NamedTuple):
+    """The filter after each run's last fitted point: state covariance and log compute."""
+
+    p00: np.ndarray
+    p01: np.ndarray
+    p11: np.ndarray
+    x_last: np.ndarray
+
+
+def _kalman_filter(x, m, rho, kappa, ell) -> tuple[np.ndarray, np.ndarray, _FilterEnd]:
+    """The covariance recursion of :func:`state_space_whitening` on (run, point) arrays."""
+    r, n = x.shape
     k2 = kappa**2
     coef = np.zeros((r, n, STATE_COLUMNS))
     coef[..., 0] = coef[..., 3] = coef[..., 8] = 1.0
@@ -223,7 +241,7 @@ def state_space_whitening(log_c, mask, rho, kappa, ell) -> tuple[np.ndarray, np.
         x_last = np.where(fit, x[:, i], x_last)
         started |= fit
         prev_fit = fit
-    return coef.reshape(lead + (n, STATE_COLUMNS)), logdet.reshape(lead)
+    return coef, logdet, _FilterEnd(p00, p01, p11, x_last)
 
 
 def _compose(earlier, later):
@@ -402,14 +420,31 @@ def shape_noise_arrays(
     return float(best[1]), float(best[2]), float(gain), rho_out
 
 
-#: Runs per block of :func:`noise_forecast` (bounds its ``(run, point, point)`` memory).
-_FORECAST_BLOCK = 32
+def _filter_weights(coef: np.ndarray) -> np.ndarray:
+    """Weights of each fitted error in the filtered state after the last point, (run, point, 2).
+
+    The filtered state is the affine recursion ``m_i = M_i m_(i-1) + K_i e_i`` from
+    ``m_0 = 0``, so ``m_n = sum_i (M_n ... M_(i+1)) K_i e_i``: one backward pass over the
+    points, the same for every draw.
+    """
+    r, n, _ = coef.shape
+    g = np.broadcast_to(np.eye(2), (r, 2, 2)).copy()  # M_n ... M_(i+1)
+    w = np.empty((r, n, 2))
+    for i in range(n - 1, -1, -1):
+        w[:, i] = np.einsum("rab,rb->ra", g, coef[:, i, 4:6])
+        g = g @ coef[:, i, :4].reshape(r, 2, 2)
+    return w
 
 
 def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kappa, ell):
     """Conditional mean and sd (in units of ``sigma``) of new evaluations' errors (NumPy).
 
-    Every run of a batch at once (one batched solve per block of runs).
+    Every run of a batch at once. The Kalman filter of :func:`state_space_whitening` gives
+    the state (AR(1) part, departure) after the last fitted point and its covariance; a new
+    point ``k`` evaluations later at log compute ``x`` is that state carried forward by
+    ``F = diag(rho^k, exp(-|x - x_last| / ell))`` plus the fresh noise of the two processes.
+    This is the joint Gaussian's conditional, in ``O(point)`` work and memory a run (the
+    dense solve took ``point^3`` and ``point^2``).
 
     Parameters
     ----------
@@ -436,40 +471,32 @@ def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kapp
     x = np.where(m, np.asarray(log_c_fit, float), 0.0)
     n_runs = m.shape[0]
     rho, kappa, ell = (np.broadcast_to(np.asarray(v, float), (n_runs,)) for v in (rho, kappa, ell))
-    ahead_k = np.asarray(steps_ahead, float)
-    x_new = np.asarray(log_c_new, float)
+    coef, _, end = _kalman_filter(x, m, rho, kappa, ell)
+    w = _filter_weights(coef)
     e = np.where(m[:, None, :], np.asarray(resid, float), 0.0)
-    mean = np.zeros((n_runs, e.shape[1], x_new.shape[1]))
-    sd = np.empty(x_new.shape)
-    for lo in range(0, n_runs, _FORECAST_BLOCK):
-        sl = slice(lo, min(lo + _FORECAST_BLOCK, n_runs))
-        mb, xb, r, k2, el = m[sl], x[sl], rho[sl, None, None], kappa[sl, None, None] ** 2, ell[sl, None, None]
-        K = correlation_matrix(xb, mb, rho[sl], kappa[sl], ell[sl], xp=np)  # run, point, point
-        # the new point follows the last fitted one: AR(1) lag to each point of the last stretch
-        lag, same = _ar1_lags(mb, np)
-        last = mb.shape[1] - 1 - np.argmax(mb[:, ::-1], axis=1)
-        rows = np.arange(mb.shape[0])
-        to_last = lag[rows, last]  # run, point: fitted points between each point and the last one
-        in_last = same[rows, last] & mb
-        ahead = ahead_k[sl] > 0  # run, q
-        ar_lag = ahead_k[sl][:, :, None] + to_last[:, None, :]
-        ar = np.where(in_last[:, None, :], _ar1_correlation(r, ar_lag, np), 0.0)
-        ou = k2 * np.exp(-np.abs(x_new[sl][:, :, None] - xb[:, None, :]) / el)
-        cross = np.where(ahead[:, :, None] & mb[:, None, :], ar + ou, 0.0)  # run, q, point
-        sol = np.linalg.solve(K, np.swapaxes(cross, 1, 2))  # run, point, q
-        mean[sl] = e[sl] @ sol
-        var = 1.0 + k2[:, :, 0] - np.sum(cross * np.swapaxes(sol, 1, 2), axis=2)
-        sd[sl] = np.where(ahead, np.sqrt(np.maximum(var, 0.0)), np.sqrt(1.0 + k2[:, :, 0]))
-    return mean, sd
+    state = np.einsum("rdp,rps->rds", e, w)  # each draw's filtered state after the last point
+    k = np.asarray(steps_ahead, float)
+    ahead = k > 0
+    f1 = np.where(ahead, _ar1_correlation(rho[:, None], k, np), 0.0)  # run, q
+    f2 = np.where(
+        ahead, np.exp(-np.abs(np.asarray(log_c_new, float) - end.x_last[:, None]) / ell[:, None]), 0.0
+    )
+    mean = state[..., :1] * f1[:, None, :] + state[..., 1:] * f2[:, None, :]
+    k2 = (kappa**2)[:, None]
+    var = (
+        f1 * f1 * end.p00[:, None]
+        + 2.0 * f1 * f2 * end.p01[:, None]
+        + f2 * f2 * end.p11[:, None]
+        + (1.0 - f1 * f1)
+        + k2 * (1.0 - f2 * f2)
+    )
+    return mean, np.sqrt(np.maximum(var, 0.0))
 
 
 def _median_spacing(compute, fitted) -> np.ndarray:
     """Each run's median spacing of consecutive fitted evaluations (NaN with fewer than two)."""
-    comp = np.where(fitted, np.asarray(compute, float), np.nan)
-    order = np.argsort(~fitted, axis=1, kind="stable")  # the fitted points first, in order
-    packed = np.take_along_axis(comp, order, axis=1)
-    gaps = np.diff(packed, axis=1)
-    out = np.full(comp.shape[0], np.nan)
+    gaps = np.diff(pack(np.asarray(compute, float), packing(fitted), np.nan), axis=1)
+    out = np.full(gaps.shape[0], np.nan)
     some = np.isfinite(gaps).any(axis=1)
     out[some] = np.nanmedian(gaps[some], axis=1)
     return out

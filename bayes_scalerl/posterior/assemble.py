@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ..data.packing import pack, packing
 from ..data.runs import FitWindow, Runs
 
 __all__ = [
@@ -62,27 +63,20 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
     reward = np.asarray(dt["observed_data"]["reward"].values, float)
     fitted = np.asarray(cd["in_fit"].values, bool)
     n_eval = np.asarray(cd["n_eval"].values, float) if "n_eval" in cd else np.full(compute.shape, np.nan)
-    n_fit = fitted.sum(axis=1)
-    width = max(int(n_fit.max()), 1)
-    order = np.argsort(~fitted, axis=1, kind="stable")[:, :width]  # fitted points first, in order
-    pos = np.minimum(np.arange(width)[None, :], np.maximum(n_fit[:, None] - 1, 0))
-    take = np.take_along_axis(order, pos, axis=1)
+    p = packing(fitted, max(int(fitted.sum(axis=1).max()), 1))  # fitted points first, in order
 
-    def gather(a: np.ndarray) -> np.ndarray:
-        return np.take_along_axis(a, take, axis=1)
-
-    mask = np.arange(width)[None, :] < n_fit[:, None]
+    mask = p.keep
     priors = json.loads(dt.attrs.get("bayes_scalerl_settings", "{}")).get("priors") or {}
     rho = priors.get("rho")
     fixed = priors.get("likelihood") == "ar1" and rho is not None
     ou = priors.get("shape_noise") if isinstance(priors.get("shape_noise"), (list, tuple)) else None
     return FitWindow(
-        gather(compute),
-        gather(reward),
+        pack(compute, p),
+        pack(reward, p),
         mask,
         np.asarray(cd["R0_obs"].values, float),
         np.asarray(cd["C_ref"].values, float),
-        gather(n_eval),
+        pack(n_eval, p),
         np.full(compute.shape[0], float(rho)) if fixed else None,
         np.tile(np.asarray(ou, float), (compute.shape[0], 1)) if ou is not None else None,
     )
