@@ -7,7 +7,9 @@ the default calibrated discrepancy and exact, ``discrepancy=False``) it reports:
 
 - the error of each run's A (posterior median against the run's true A);
 - among recipe pairs the package calls "x higher" (P(A_x > A_y) > 0.9), how often the
-  truth (the recipes' true A) agrees.
+  truth (the recipes' true A) agrees. Independent fits are compared twice from the same
+  fit: by default (with the seed term of ``bs.compare``, its ``tau`` in the table) and
+  with ``seed_sd=0`` (these seeds only, version 0.1).
 
 Usage::
 
@@ -37,14 +39,21 @@ MODELS = {
 }
 
 
-def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int):
+def _calls(t, rec_A) -> tuple[int, int]:
+    called = t[(t.p_a_greater > 0.9) | (t.p_a_greater < 0.1)]
+    agree = [(rec_A[r.a] > rec_A[r.b]) == (r.p_a_greater > 0.9) for r in called.itertuples(index=False)]
+    return len(called), int(np.sum(agree))
+
+
+def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int, models=tuple(MODELS)):
     rng = np.random.default_rng(seed)
     truth = random_recipes(rng, n_recipes, seeds, A=(0.52, 0.64), C_mid=(1500.0, 5000.0))
     grid = np.arange(0.0, 8000.0 + 1, 250.0)
     df = bs.simulate_runs(truth, grid, rng, extra_columns=("recipe", "seed"))
     runs = bs.Runs.from_frame(df, source=f"study{seed}")
     out = {}
-    for model, kw in MODELS.items():
+    for model in models:
+        kw = MODELS[model]
         t0 = time.perf_counter()
         res = bs.fit(runs, min_compute=1500, warmup=warmup, samples=samples, seed=seed, **kw)
         took = time.perf_counter() - t0
@@ -52,8 +61,7 @@ def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int):
         err = a_med - truth.set_index("run").loc[res.run_names, "A"].to_numpy()
         t = compare(res)
         rec_A = truth.groupby("recipe")["recipe_A"].first()
-        called = t[(t.p_a_greater > 0.9) | (t.p_a_greater < 0.1)]
-        agree = [(rec_A[r.a] > rec_A[r.b]) == (r.p_a_greater > 0.9) for r in called.itertuples(index=False)]
+        called, agree = _calls(t, rec_A)
         if kw["model"] == "hierarchical":
             sd = sampler_diagnostics(res.dt)
             clean = bool(sd.converged.all())
@@ -64,16 +72,18 @@ def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int):
             clean = bool(d.converged.all())
             rhat = float(d.r_hat_max.max())
             div = int(d.divergences.sum())
-        out[model] = dict(
+        common = dict(
             err=err,
-            called=len(called),
-            agree=int(np.sum(agree)),
             pairs=len(list(combinations(rec_A.index, 2))),
             seconds=took,
             rhat=rhat,
             div=div,
             clean=clean,
         )
+        out[model] = dict(common, called=called, agree=agree, tau=float(t["seed_sd"].iloc[0]))
+        if kw["model"] == "independent":
+            called, agree = _calls(compare(res, seed_sd=0.0), rec_A)
+            out[f"{model}, seed_sd 0"] = dict(common, called=called, agree=agree, tau=0.0)
     return out
 
 
@@ -84,14 +94,19 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated among {','.join(MODELS)}")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     bs.use_all_cpu_cores()
-    rows = {m: [] for m in MODELS}
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
+    rows: dict[str, list] = {}
     for s in range(a.studies):
-        res = one_study(100 + s, a.recipes, a.seeds, a.warmup, a.samples)
+        res = one_study(100 + s, a.recipes, a.seeds, a.warmup, a.samples, models)
         for m, r in res.items():
-            rows[m].append(r)
+            rows.setdefault(m, []).append(r)
             print(
                 f"study {s} {m}: rmse(A) {np.sqrt(np.mean(r['err'] ** 2)):.4f}, called {r['called']}"
                 f"/{r['pairs']}, agree {r['agree']}, {r['seconds']:.0f} s, max R-hat {r['rhat']:.4f}, "
@@ -108,7 +123,7 @@ def main() -> None:
         f"({jax.default_backend()}); jax {jax.__version__}, numpyro {numpyro.__version__}, "
         f"bayes_scalerl {bs.__version__}.",
         f"Command: `python benchmarks/compare_recipes.py --studies {a.studies} --recipes {a.recipes} "
-        f"--seeds {a.seeds} --warmup {a.warmup} --samples {a.samples}`",
+        f"--seeds {a.seeds} --warmup {a.warmup} --samples {a.samples} --models {a.models}`",
         "",
         f"{a.studies} studies x {a.recipes} recipes x {a.seeds} seeds; recipe A ~ U(0.52, 0.64), seed "
         "spread 0.015 on A and 5% on B, C_mid; C_mid ~ logU(1.5k, 5k); noise 0.01; fit on 1.5k-8k GPU-hours. "
@@ -116,9 +131,9 @@ def main() -> None:
         "ceiling carries the mean of its runs' offsets); `exact`: `discrepancy=False`. "
         "Fit times: mean over studies, the first study's with compilation.",
         "",
-        "| model | RMSE of run A | pairs called (P > 0.9) | truth agrees | share agreeing | "
+        "| model | RMSE of run A | pairs called (P > 0.9) | truth agrees | share agreeing | seed sd (mean) | "
         "fit time (s, mean) | max R-hat | divergences | all converged |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, rs in rows.items():
         err = np.concatenate([r["err"] for r in rs])
@@ -128,24 +143,26 @@ def main() -> None:
         share = agree / called if called else float("nan")
         lines.append(
             f"| {m} | {np.sqrt(np.mean(err**2)):.4f} | {called} / {pairs} | {agree} | {share:.3f} | "
+            f"{np.mean([r['tau'] for r in rs]):.4f} | "
             f"{np.mean([r['seconds'] for r in rs]):.0f} | {max(r['rhat'] for r in rs):.4f} | "
             f"{sum(r['div'] for r in rs)} | {sum(r['clean'] for r in rs)} / {len(rs)} studies |"
         )
-    # the notebook's data (02_compare_recipes): the paper's LOO recipes x 3 seeds
-    runs = bs.Runs.from_frame(bs.demo_runs(3, A_seed_sd=0.015), source="<LOO study>")
-    t0 = time.perf_counter()
-    res = bs.fit(
-        runs, min_compute=1500, fit_until=8000, model="hierarchical", warmup=a.warmup, samples=a.samples
-    )
-    sd = sampler_diagnostics(res.dt)
-    lines += [
-        "",
-        f"Notebook data (`bs.demo_runs(3, A_seed_sd=0.015)`, 27 runs, hierarchical, "
-        f"{a.warmup} + {a.samples}): max R-hat over every parameter {sd.r_hat_max.max():.4f} "
-        f"({sd.sort_values('r_hat_max').variable.iloc[-1]}), "
-        f"min bulk ESS {sd.ess_bulk_min.min():.0f}, divergences {int(sd.divergences.iloc[0])}, "
-        f"{time.perf_counter() - t0:.0f} s.",
-    ]
+    if "hierarchical" in models:
+        # the notebook's data (02_compare_recipes): the paper's LOO recipes x 3 seeds
+        runs = bs.Runs.from_frame(bs.demo_runs(3, A_seed_sd=0.015), source="<LOO study>")
+        t0 = time.perf_counter()
+        res = bs.fit(
+            runs, min_compute=1500, fit_until=8000, model="hierarchical", warmup=a.warmup, samples=a.samples
+        )
+        sd = sampler_diagnostics(res.dt)
+        lines += [
+            "",
+            f"Notebook data (`bs.demo_runs(3, A_seed_sd=0.015)`, 27 runs, hierarchical, "
+            f"{a.warmup} + {a.samples}): max R-hat over every parameter {sd.r_hat_max.max():.4f} "
+            f"({sd.sort_values('r_hat_max').variable.iloc[-1]}), "
+            f"min bulk ESS {sd.ess_bulk_min.min():.0f}, divergences {int(sd.divergences.iloc[0])}, "
+            f"{time.perf_counter() - t0:.0f} s.",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -316,6 +316,7 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
         (["identify", "x.csv", "--out", "o", "--fractions", "0.5,2"], ["--fractions", "(0, 1]"]),
         (["identify", "x.csv", "--out", "o", "--n-future", "-1"], ["--n-future", "non-negative"]),
         (["compare", "f", "--params", "A,reward"], ["--params reward needs --budget"]),
+        (["compare", "f", "--seed-sd", "-0.01"], ["--seed-sd", "non-negative"]),
         (
             ["demo", "--model", "hierarchical", "--likelihood", "student_t"],
             ["hierarchical", "--likelihood student_t"],
@@ -374,6 +375,8 @@ def test_option_names_follow_the_api_with_old_spellings_accepted(capsys):
     cmp = parser.parse_args(["compare", "f", "--param", "A,B"])
     assert cmp.params == ["A", "B"] and "use --params" in capsys.readouterr().err
     assert parser.parse_args(["compare", "f"]).params == ["A"]
+    assert parser.parse_args(["compare", "f"]).seed_sd is None  # estimated from the fit
+    assert parser.parse_args(["compare", "f", "--seed-sd", "0"]).seed_sd == 0.0
     # the old spellings are not advertised
     fit_help = parser._subparsers._group_actions[0].choices["fit"].format_help()
     assert "--checkpoint-dir" in fit_help and "--checkpoint DIR" not in fit_help

@@ -50,6 +50,26 @@ def _result(params: dict[str, dict], recipes: list[str], *, R0: float = 0.3, n_d
     return bs.FitResult(dt)
 
 
+def _tau_by_quadrature(means, variances):
+    """Posterior median of the seed sd by brute force: each recipe's seeds as a multivariate
+    normal around a common mean integrated numerically, times the scaled inverse chi-squared
+    prior of median ``SEED_SD^2`` (written as an inverse gamma)."""
+    from scipy import stats
+
+    nu = cmp.SEED_SD_DF
+    s2 = cmp.SEED_SD**2 * stats.chi2.median(nu) / nu
+    tau = np.linspace(1e-5, 0.25, 5001)
+    post = stats.invgamma(nu / 2, scale=nu * s2 / 2).pdf(tau**2) * 2 * tau
+    mu = np.linspace(0.2, 1.0, 1601)
+    for m, v in zip(means, variances, strict=True):
+        m, v = np.asarray(m), np.asarray(v)
+        sd = np.sqrt(tau[:, None, None] ** 2 + v[None, None, :])
+        like = np.prod(stats.norm.pdf(m[None, None, :], mu[None, :, None], sd), axis=2)
+        post = post * np.trapezoid(like, mu, axis=1)
+    cdf = np.cumsum(post) / post.sum()
+    return tau[np.searchsorted(cdf, 0.5)]
+
+
 def test_difference_probability_and_verdicts():
     rng = np.random.default_rng(0)
     d = rng.normal(0.0, 0.01, 800)
@@ -61,7 +81,7 @@ def test_difference_probability_and_verdicts():
         },
         ["x", "y", "z"],
     )
-    t = cmp.compare(res)
+    t = cmp.compare(res, seed_sd=0.0)  # these seeds only: the runs' own posteriors
     assert list(t.columns[:9]) == [
         "a",
         "b",
@@ -81,8 +101,14 @@ def test_difference_probability_and_verdicts():
     assert row.loc[("x", "z"), "verdict"] == "same within margin"
     assert row.loc[("x", "z"), "p_in_rope"] == 1.0
     # a margin below the difference turns "same" into a decided or undecided call
-    t2 = cmp.compare(res, "x", "z", rope=0.0005)
+    t2 = cmp.compare(res, "x", "z", rope=0.0005, seed_sd=0.0)
     assert t2.verdict.item() == "z higher" and t2.p_a_greater.item() == 0.0
+    # by default each recipe (one seed each, no repeats in the fit) carries the prior seed
+    # spread: a gap of 0.001 is no longer decided, while 0.10 still is
+    t3 = cmp.compare(res).set_index(["a", "b"])
+    assert (t3["seed_sd"] == cmp.SEED_SD).all()
+    assert t3.loc[("x", "y"), "verdict"] == "x higher"
+    assert t3.loc[("x", "z"), "verdict"] == "undecided"
 
 
 def test_undecided_when_draws_overlap():
@@ -109,9 +135,18 @@ def test_seeds_average_into_recipes():
         },
         ["x", "x", "y"],
     )
-    names, d = cmp.recipe_draws(res, "A")
+    names, d = cmp.recipe_draws(res, "A", seed_sd=0.0)
     assert names == ["x", "y"]
     np.testing.assert_allclose(d[:, 0], [0.61, 0.50])
+    # the seed term: x's two seeds (0.60, 0.62, exact) against the prior; x averages two seeds
+    tau = cmp.estimate_seed_sd(res)
+    assert tau == pytest.approx(
+        _tau_by_quadrature([[0.60, 0.62]], [[0.0, 0.0]]), abs=2 * cmp._TAU_MAX / cmp._TAU_GRID
+    )
+    assert 0.01 < tau < 0.02  # between the prior's 0.01 and the two seeds' own sd 0.0141
+    _, d = cmp.recipe_draws(res, "A")
+    np.testing.assert_allclose(d.mean(axis=1), [0.61, 0.50], atol=1e-12)  # symmetric scores
+    np.testing.assert_allclose(d.std(axis=1), [tau / np.sqrt(2), tau], rtol=0.01)  # quantiles: <1%
     s = cmp.recipe_summary(res)
     assert s.loc[(s.recipe == "x") & (s.param == "A"), "n_runs"].item() == 2
 
@@ -184,3 +219,47 @@ def test_reward_at_budget_matches_the_curve():
     expect = bs.scalerl_curve(4000, 0.7, 2.0, 4000.0, 0.3) - bs.scalerl_curve(4000, 0.6, 2.0, 2000.0, 0.3)
     assert row.diff_mean == pytest.approx(expect)
     assert isinstance(cmp.compare(res, "x", "y", params=("reward",), budget=4000), pd.DataFrame)
+
+
+def test_one_seed_each_is_not_a_verdict_for_a_gap_no_rerun_would_keep():
+    """The issue's case: dense logs give each run's A +-0.002; two seeds 0.0036 apart."""
+    rng = np.random.default_rng(4)
+    res = _result(
+        {
+            "a": {"A": rng.normal(0.6036, 0.0012, 800), "B": 2.0, "C_mid": 3000.0},
+            "b": {"A": rng.normal(0.6000, 0.0012, 800), "B": 2.0, "C_mid": 3000.0},
+        },
+        ["a", "b"],
+    )
+    plain = cmp.compare(res, "a", "b", rope=0.0, seed_sd=0.0).iloc[0]
+    assert plain.p_a_greater > 0.97 and plain.verdict == "a higher"
+    row = cmp.compare(res, "a", "b", rope=0.0).iloc[0]
+    # P(a > b) = Phi(0.0036 / sqrt(2 (0.0012^2 + 0.01^2))) = 0.60; the draws' MC sd is 0.017
+    assert abs(row.p_a_greater - 0.60) < 0.06 and row.verdict == "undecided"
+    assert row.seed_sd == cmp.SEED_SD
+
+
+def test_seed_spread_is_estimated_from_repeat_seeds():
+    """30 recipes x 3 seeds whose ceilings scatter by 0.03: the pooled moment estimate."""
+    rng = np.random.default_rng(5)
+    params, recipes = {}, []
+    for r in range(30):
+        for s_ in range(3):
+            m = 0.5 + 0.1 * r / 30 + rng.normal(0, 0.03)
+            params[f"r{r}/s{s_}"] = {"A": m + rng.normal(0, 0.005, 800), "B": 2.0, "C_mid": 3000.0}
+            recipes.append(f"r{r}")
+    res = _result(params, recipes)
+    tau = cmp.estimate_seed_sd(res)
+    # 60 degrees of freedom give tau to about +-9% (sd) around the truth
+    assert abs(tau / 0.03 - 1) < 0.25
+    A = res.draws("A").reshape(30, 3, -1)[:4]  # against brute force, on four recipes
+    sub = _result(
+        {f"q{i}": {"A": a, "B": 2.0, "C_mid": 3e3} for i, a in enumerate(A.reshape(12, -1))},
+        [f"r{i // 3}" for i in range(12)],
+    )
+    expect = _tau_by_quadrature(A.mean(axis=2), A.var(axis=2, ddof=1))
+    assert cmp.estimate_seed_sd(sub) == pytest.approx(expect, abs=2 * cmp._TAU_MAX / cmp._TAU_GRID)
+    with pytest.raises(ValueError, match="seed term"):
+        cmp.estimate_seed_sd(res, "B")
+    with pytest.raises(ValueError, match="seed_sd"):
+        cmp.compare(res, seed_sd=-0.01)

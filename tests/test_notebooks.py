@@ -58,7 +58,7 @@ def _curve_lines(ax, style):
 def _check_compare(t, allowed_b=None, threshold=0.9):
     """A ``compare`` table: its columns, probabilities, intervals and the verdict rule of the text."""
     cols = ["a", "b", "param", "budget", "diff_mean", "diff_q05", "diff_q95",
-            "p_a_greater", "p_in_rope", "rope", "verdict"]
+            "p_a_greater", "p_in_rope", "rope", "seed_sd", "verdict"]
     assert list(t.columns) == cols, list(t.columns)
     assert ((t.p_a_greater >= 0) & (t.p_a_greater <= 1)).all()
     assert ((t.p_in_rope >= 0) & (t.p_in_rope <= 1)).all()

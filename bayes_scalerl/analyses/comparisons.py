@@ -9,8 +9,16 @@ A recipe's quantity is read from the fit:
   sigmoid's plus the recipe's ``delta_recipe``), and the recipe's expected curve carries
   the discrepancy beyond the last fitted compute of its runs, as a run's curve does.
 - independent fits: the mean over the recipe's runs of each run's parameter (draw by
-  draw; the runs' posteriors are independent). This describes *these* seeds; it does not
-  know the seed-to-seed spread, so use the hierarchical model for claims about recipes.
+  draw; the runs' posteriors are independent). For ``A`` and ``reward`` a *seed term* is
+  added: a recipe's value is what a new seed is expected to reach, and its seeds are a
+  sample of them, so each recipe's draws get a normal term of sd ``tau / sqrt(n)`` (``n``
+  seeds in the fit; :func:`estimate_seed_sd`). Without it, two seeds of one recipe fitted on dense
+  logs have ``A`` intervals of +-0.002 and are called different at ``P = 1`` for a gap no
+  rerun would keep. ``tau`` is the posterior median given the recipes with repeat seeds
+  in the fit, under a prior from the ScaleRL paper (median :data:`SEED_SD`, two degrees
+  of freedom); ``seed_sd=0`` compares *these* seeds only (version 0.1). ``B`` and ``C_mid``
+  get no term. The hierarchical model estimates the seed-to-seed spread of every
+  parameter and is the full answer for claims about recipes.
 
 Without a ``recipe`` column every run is its own recipe.
 """
@@ -22,6 +30,8 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
+from scipy.stats import chi2
 
 from ..models.curve import compute_to_reach, scalerl_curve
 from ..models.discrepancy import discrepancy_shape
@@ -36,8 +46,11 @@ __all__ = [
     "crossover",
     "compute_to_target",
     "p_best",
+    "estimate_seed_sd",
     "DEFAULT_ROPE",
     "PARAMS",
+    "SEED_SD",
+    "SEED_SD_DF",
 ]
 
 #: Parameters :func:`compare` knows; ``reward`` is the expected reward at a budget.
@@ -46,6 +59,18 @@ PARAMS = ("A", "B", "C_mid", "reward")
 #: (``|x / y - 1|``) for ``B`` and ``C_mid``.
 DEFAULT_ROPE = {"A": 0.02, "reward": 0.02, "B": 0.05, "C_mid": 0.05}
 _RELATIVE = {"B", "C_mid"}
+#: Prior guess of the seed-to-seed sd of a recipe's fitted ceiling ``A`` (and of its
+#: expected reward at a budget), for independent fits: the ScaleRL paper's three repeat
+#: runs gave fitted ``A`` within +-0.015 of each other, which three draws from a normal of
+#: sd 0.01-0.015 do most often (their largest distance from the mean is about 1.1 sd).
+SEED_SD = 0.01
+#: Weight of :data:`SEED_SD`, in degrees of freedom (three runs: two), against the repeat
+#: seeds of the fit (a recipe with ``n`` well-measured seeds adds about ``n - 1``).
+SEED_SD_DF = 2.0
+#: Grid of :func:`estimate_seed_sd`: ``tau`` in ``(0, _TAU_MAX]`` in ``_TAU_GRID`` steps.
+_TAU_MAX, _TAU_GRID = 0.25, 2000
+#: Parameters that get the seed term.
+_SEEDED = {"A", "reward"}
 
 
 def _is_hier(result: FitResult) -> bool:
@@ -125,8 +150,100 @@ def _recipe_params(result: FitResult, task: str | None) -> dict[str, np.ndarray]
     return out
 
 
+def _run_draws(result: FitResult, param: str, budget: float | None) -> np.ndarray:
+    """Each run's draws of ``param`` (independent fits), shape (run, sample)."""
+    if param == "reward":
+        return result.predict_draws(np.array([budget], float), kind="curve")[..., 0]
+    return result.draws(param)
+
+
+def _seed_posterior(runs: np.ndarray, groups: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior of the seed-to-seed sd ``tau`` on a grid, from the fit's repeat seeds.
+
+    Each seed's posterior mean ``m_i`` and variance ``v_i`` stand for its value; within a
+    recipe ``m_i ~ N(mu, tau^2 + v_i)`` with the recipe's ``mu`` integrated out under a
+    flat prior (a random-effects meta-analysis: the seeds' own uncertainty is not taken
+    for spread). The prior on ``tau^2`` is scaled inverse chi-squared with
+    :data:`SEED_SD_DF` degrees of freedom and median ``SEED_SD^2``. Returns the grid and
+    the normalised posterior weights.
+    """
+    tau = np.linspace(0.0, _TAU_MAX, _TAU_GRID + 1)[1:]
+    t2 = tau**2
+    nu = SEED_SD_DF
+    s2 = SEED_SD**2 * chi2.median(nu) / nu  # the prior median of tau^2 is SEED_SD^2
+    logp = -(nu / 2 + 1) * np.log(t2) - nu * s2 / (2 * t2) + np.log(tau)  # density of tau
+    for idx in groups.values():
+        if idx.size < 2:
+            continue
+        m, v = runs[idx].mean(axis=1), runs[idx].var(axis=1, ddof=1)
+        var = t2[:, None] + v[None, :]
+        w = 1.0 / var
+        mw = np.sum(w * m, axis=1, keepdims=True) / np.sum(w, axis=1, keepdims=True)
+        logp += -0.5 * (
+            np.sum(np.log(var), axis=1) + np.log(np.sum(w, axis=1)) + np.sum(w * (m - mw) ** 2, axis=1)
+        )
+    p = np.exp(logp - logp.max())
+    return tau, p / p.sum()
+
+
+def estimate_seed_sd(
+    result: FitResult, param: str = "A", *, budget: float | None = None, task: str | None = None
+) -> float:
+    """Seed-to-seed sd ``tau`` of a recipe's ``A`` or ``reward`` (independent fits).
+
+    The posterior median of ``tau`` given the fit's repeat seeds (recipes with two or more
+    runs), under a prior of median :data:`SEED_SD` worth :data:`SEED_SD_DF` degrees of
+    freedom (a scaled inverse chi-squared on ``tau^2``). Each seed counts with its own
+    posterior variance, so seeds whose values are uncertain say little about ``tau``.
+    Without repeat seeds ``tau`` is :data:`SEED_SD`; with many well-measured ones, the
+    fit's own spread.
+
+    Parameters
+    ----------
+    result : FitResult
+        An independent fit (a hierarchical fit's recipe level has its own spread: 0).
+    param : {"A", "reward"}
+    budget : float, optional
+        Compute for ``param="reward"``.
+    task : str, optional
+        Task, when the fit has several.
+
+    Returns
+    -------
+    float
+    """
+    if param not in _SEEDED:
+        raise ValueError(f"the seed term is for {sorted(_SEEDED)}, got {param!r}")
+    if param == "reward" and (budget is None or not budget > 0):
+        raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
+    task = _check_task(result, task)
+    if _is_hier(result):
+        return 0.0
+    groups = _run_groups(result, task)
+    if all(idx.size < 2 for idx in groups.values()):
+        return SEED_SD  # the prior's median
+    tau, p = _seed_posterior(_run_draws(result, param, budget), groups)
+    return float(tau[np.searchsorted(np.cumsum(p), 0.5)])
+
+
+def _normal_scores(n: int, n_draws: int) -> np.ndarray:
+    """``n`` independent rows of standard normal scores, shape (n, n_draws), deterministic.
+
+    Each row holds the normal quantiles at ``(i + 1/2) / n_draws`` in its own random order
+    (fixed seed): the exact marginal with no Monte Carlo error in its spread.
+    """
+    z = ndtri((np.arange(n_draws) + 0.5) / n_draws)
+    rng = np.random.default_rng(20251015)
+    return np.stack([rng.permutation(z) for _ in range(n)]) if n else np.empty((0, n_draws))
+
+
 def recipe_draws(
-    result: FitResult, param: str, *, budget: float | None = None, task: str | None = None
+    result: FitResult,
+    param: str,
+    *,
+    budget: float | None = None,
+    task: str | None = None,
+    seed_sd: float | None = None,
 ) -> tuple[list[str], np.ndarray]:
     """Posterior draws of one quantity for every recipe.
 
@@ -139,6 +256,10 @@ def recipe_draws(
         Compute for ``param="reward"``.
     task : str, optional
         Task to compare on when the fit has several.
+    seed_sd : float, optional
+        Independent fits, ``A`` and ``reward``: the seed-to-seed sd ``tau`` (a recipe of
+        ``n`` seeds gets a term of sd ``tau / sqrt(n)``, see the module notes). Default
+        :func:`estimate_seed_sd`; 0 for the mean of *these* seeds only.
 
     Returns
     -------
@@ -147,18 +268,27 @@ def recipe_draws(
     """
     if param not in PARAMS:
         raise ValueError(f"param must be one of {PARAMS}, got {param!r}")
-    if param == "reward":
-        if budget is None or not budget > 0:
-            raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
-        names, d = recipe_curve_draws(result, [budget], task=task)
-        return names, d[..., 0]
+    if seed_sd is not None and not (np.isfinite(seed_sd) and seed_sd >= 0):
+        raise ValueError(f"seed_sd must be a finite number >= 0, got {seed_sd!r}")
+    if param == "reward" and (budget is None or not budget > 0):
+        raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
+    if _is_hier(result):
+        if param == "reward":
+            names, d = recipe_curve_draws(result, [budget], task=task)
+            return names, d[..., 0]
+        return recipe_names(result), _recipe_params(result, _check_task(result, task))[param]
     task = _check_task(result, task)
     names = recipe_names(result)
-    if _is_hier(result):
-        return names, _recipe_params(result, task)[param]
-    runs = result.draws(param)
+    runs = _run_draws(result, param, budget)
     groups = _run_groups(result, task)
-    return names, np.stack([runs[groups[r]].mean(0) for r in names])
+    d = np.stack([runs[groups[r]].mean(0) for r in names])
+    if param not in _SEEDED:
+        return names, d
+    tau = estimate_seed_sd(result, param, budget=budget, task=task) if seed_sd is None else float(seed_sd)
+    if tau == 0:
+        return names, d
+    n = np.array([groups[r].size for r in names], float)
+    return names, d + tau / np.sqrt(np.maximum(n, 1.0))[:, None] * _normal_scores(len(names), d.shape[1])
 
 
 def recipe_curve_draws(
@@ -220,6 +350,7 @@ def compare(
     task: str | None = None,
     ci_prob: float = 0.9,
     threshold: float = 0.9,
+    seed_sd: float | None = None,
 ) -> pd.DataFrame:
     """Pairwise recipe comparisons with intervals, probabilities and a verdict.
 
@@ -243,12 +374,16 @@ def compare(
         Probability of the central interval of the difference.
     threshold : float
         Posterior probability a verdict needs (default 0.9).
+    seed_sd : float, optional
+        Independent fits: the seed-to-seed sd of ``A`` and ``reward`` (see the module
+        notes; default :func:`estimate_seed_sd`, 0 to compare these seeds only).
 
     Returns
     -------
     pandas.DataFrame
         One row per pair and parameter: ``a, b, param, budget, diff_mean, diff_q05,
-        diff_q95, p_a_greater, p_in_rope, rope, verdict`` (``diff = a - b``; the interval
+        diff_q95, p_a_greater, p_in_rope, rope, seed_sd, verdict`` (``seed_sd``: the
+        ``tau`` used, 0 for ``B``, ``C_mid`` and hierarchical fits; ``diff = a - b``; the interval
         columns are named for ``ci_prob = 0.9`` whatever its value). The verdict is
         ``"same within margin"`` when ``p_in_rope >= threshold``, else ``"<a> higher"``
         / ``"<b> higher"`` when ``P(a > b)`` is at least ``threshold`` / at most
@@ -264,7 +399,10 @@ def compare(
     lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
     rows = []
     for param in params:
-        names, d = recipe_draws(result, param, budget=budget, task=task)
+        tau = 0.0
+        if param in _SEEDED and not _is_hier(result):
+            tau = estimate_seed_sd(result, param, budget=budget, task=task) if seed_sd is None else seed_sd
+        names, d = recipe_draws(result, param, budget=budget, task=task, seed_sd=tau)
         index = {n: i for i, n in enumerate(names)}
         for x, y in _pairs(names, a, b):
             dx, dy = d[index[x]], d[index[y]]
@@ -285,6 +423,7 @@ def compare(
                     "p_a_greater": p_greater,
                     "p_in_rope": p_rope,
                     "rope": m,
+                    "seed_sd": float(tau),
                     "verdict": _verdict(x, y, p_greater, p_rope, threshold),
                 }
             )
@@ -410,8 +549,13 @@ def compute_to_target(result: FitResult, target: float, *, task: str | None = No
     return pd.DataFrame(rows)
 
 
-def p_best(result: FitResult, *, budget: float, task: str | None = None) -> pd.DataFrame:
+def p_best(
+    result: FitResult, *, budget: float, task: str | None = None, seed_sd: float | None = None
+) -> pd.DataFrame:
     """Probability that each recipe has the highest expected reward at ``budget``.
+
+    ``seed_sd`` as in :func:`compare` (independent fits: a recipe's expected reward
+    carries the seed term).
 
     Returns
     -------
@@ -419,7 +563,7 @@ def p_best(result: FitResult, *, budget: float, task: str | None = None) -> pd.D
         ``recipe, budget, p_best, reward_q05, reward_q50, reward_q95``, sorted by
         ``p_best`` (highest first).
     """
-    names, d = recipe_draws(result, "reward", budget=budget, task=task)
+    names, d = recipe_draws(result, "reward", budget=budget, task=task, seed_sd=seed_sd)
     best = np.argmax(d, axis=0)
     q = np.quantile(d, [0.05, 0.5, 0.95], axis=1)
     df = pd.DataFrame(
@@ -435,8 +579,12 @@ def p_best(result: FitResult, *, budget: float, task: str | None = None) -> pd.D
     return df.sort_values("p_best", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def recipe_summary(result: FitResult, *, task: str | None = None, ci_prob: float = 0.9) -> pd.DataFrame:
+def recipe_summary(
+    result: FitResult, *, task: str | None = None, ci_prob: float = 0.9, seed_sd: float | None = None
+) -> pd.DataFrame:
     """Each recipe's ``A``, ``B`` and ``C_mid`` (see the module notes for what a recipe's value is).
+
+    ``seed_sd`` as in :func:`compare` (independent fits: ``A`` carries the seed term).
 
     Returns
     -------
@@ -449,7 +597,7 @@ def recipe_summary(result: FitResult, *, task: str | None = None, ci_prob: float
     groups = _run_groups(result, task)
     rows = []
     for param in ("A", "B", "C_mid"):
-        names, d = recipe_draws(result, param, task=task)
+        names, d = recipe_draws(result, param, task=task, seed_sd=seed_sd)
         q = np.quantile(d, [lo, 0.5, hi], axis=1)
         for i, name in enumerate(names):
             rows.append(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..analyses.comparisons import recipe_draws
+from ..analyses.comparisons import estimate_seed_sd, recipe_draws
 from ..posterior.results import FitResult
 
 __all__ = ["Answer", "answers", "forecast_budget", "runs_to_rank", "truthy", "MAX_NAMED", "MAX_RANKED"]
@@ -120,9 +120,11 @@ def _best(result: FitResult, budget: float | None, has_comparisons: bool) -> Ans
         f"[90%: {_fmt(lo)}, {_fmt(hi)}]. Next: {runners}."
     )
     if "A_recipe" not in result.dt["posterior"].data_vars:
+        tau = estimate_seed_sd(result, "reward" if budget is not None else "A", budget=budget)
         text += (
-            " An independent fit averages each recipe's runs: it describes these seeds, not the seed-to-seed "
-            "spread (fit with --model hierarchical for claims about recipes)."
+            f" An independent fit averages each recipe's runs and adds a seed-to-seed sd of {_fmt(tau)} "
+            "(from the fit's repeat seeds and the ScaleRL paper's three runs); the hierarchical model "
+            "(--model hierarchical) estimates that spread for every parameter."
         )
     if budget is None:
         text += " No --predict budget was asked, so the recipes are ranked by their ceilings."
