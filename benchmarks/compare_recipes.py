@@ -1,9 +1,10 @@
 """Recipe comparisons on simulated studies with known truth: independent vs hierarchical.
 
-Each study: recipes with known (A, B, C_mid), three seeds each scattered around them
-(seed spread 0.015 on A, the ScaleRL paper's), evaluations every 250 GPU-hours to 8k,
-noise 0.01, fitted on 1.5k-8k. For each model (independent and hierarchical, each with
-the default calibrated discrepancy and exact, ``discrepancy=False``) it reports:
+Each study: recipes with known (A, B, C_mid), three seeds each (``--seeds``) scattered
+around them (seed spread 0.015 on A, the ScaleRL paper's), evaluations every 250 GPU-hours
+(``--step``) to 8k (``--budget``), noise 0.01, fitted from 1.5k on. For each model
+(independent and hierarchical, each with the default calibrated discrepancy and exact,
+``discrepancy=False``) it reports:
 
 - the error of each run's A (posterior median against the run's true A);
 - among recipe pairs the package calls "x higher" (P(A_x > A_y) > 0.9), how often the
@@ -45,10 +46,19 @@ def _calls(t, rec_A) -> tuple[int, int]:
     return len(called), int(np.sum(agree))
 
 
-def one_study(seed: int, n_recipes: int, seeds: int, warmup: int, samples: int, models=tuple(MODELS)):
+def one_study(
+    seed: int,
+    n_recipes: int,
+    seeds: int,
+    warmup: int,
+    samples: int,
+    models=tuple(MODELS),
+    step: float = 250.0,
+    budget: float = 8000.0,
+):
     rng = np.random.default_rng(seed)
     truth = random_recipes(rng, n_recipes, seeds, A=(0.52, 0.64), C_mid=(1500.0, 5000.0))
-    grid = np.arange(0.0, 8000.0 + 1, 250.0)
+    grid = np.arange(0.0, budget + 1, step)
     df = bs.simulate_runs(truth, grid, rng, extra_columns=("recipe", "seed"))
     runs = bs.Runs.from_frame(df, source=f"study{seed}")
     out = {}
@@ -94,6 +104,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--step", type=float, default=250.0, help="GPU-hours between evaluations (default 250)")
+    p.add_argument("--budget", type=float, default=8000.0, help="last evaluation's GPU-hours (default 8000)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated among {','.join(MODELS)}")
     p.add_argument("--out", default=None)
     a = p.parse_args()
@@ -104,7 +116,7 @@ def main() -> None:
         p.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
     rows: dict[str, list] = {}
     for s in range(a.studies):
-        res = one_study(100 + s, a.recipes, a.seeds, a.warmup, a.samples, models)
+        res = one_study(100 + s, a.recipes, a.seeds, a.warmup, a.samples, models, a.step, a.budget)
         for m, r in res.items():
             rows.setdefault(m, []).append(r)
             print(
@@ -123,10 +135,12 @@ def main() -> None:
         f"({jax.default_backend()}); jax {jax.__version__}, numpyro {numpyro.__version__}, "
         f"bayes_scalerl {bs.__version__}.",
         f"Command: `python benchmarks/compare_recipes.py --studies {a.studies} --recipes {a.recipes} "
-        f"--seeds {a.seeds} --warmup {a.warmup} --samples {a.samples} --models {a.models}`",
+        f"--seeds {a.seeds} --warmup {a.warmup} --samples {a.samples} --models {a.models} "
+        f"--step {a.step:g} --budget {a.budget:g}`",
         "",
         f"{a.studies} studies x {a.recipes} recipes x {a.seeds} seeds; recipe A ~ U(0.52, 0.64), seed "
-        "spread 0.015 on A and 5% on B, C_mid; C_mid ~ logU(1.5k, 5k); noise 0.01; fit on 1.5k-8k GPU-hours. "
+        "spread 0.015 on A and 5% on B, C_mid; C_mid ~ logU(1.5k, 5k); noise 0.01; evaluations every "
+        f"{a.step:g} GPU-hours, fit on 1.5k-{a.budget:g}. "
         "`independent`, `hierarchical`: the package's default (calibrated discrepancy; a recipe's "
         "ceiling carries the mean of its runs' offsets); `exact`: `discrepancy=False`. "
         "Fit times: mean over studies, the first study's with compilation.",

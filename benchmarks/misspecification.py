@@ -15,7 +15,8 @@ evaluation against the posterior predictive of a new evaluation:
   the median, share of runs converged (``FitResult.diagnostics()``);
 - seed pairs (two runs with the same truth, independent noise and independent smooth
   discrepancy): the share of pairs for which ``bs.compare`` on ``A`` says one is
-  "higher" at ``P > 0.9`` (the truth is equal, so every such verdict is wrong);
+  "higher" at ``P > 0.9`` (the truth is equal, so every such verdict is wrong), with
+  ``compare``'s seed term (the default) and without it (``seed_sd=0``);
 - identify verdicts: among runs whose ``A`` is "identified" (``bs.identifiability``),
   the share whose true ceiling (the limit as compute -> infinity) lies outside the
   reported 90% interval of ``A``.
@@ -269,14 +270,15 @@ def _pair_verdicts(res: bs.FitResult, pair_runs: pd.DataFrame) -> list[dict[str,
         s = g.sort_values("pair_seed")["run"].tolist()
         if len(s) != 2 or not set(s) <= fitted:
             continue
-        t = bs.compare(res, s[0], s[1], params=("A",))
-        r = t.iloc[0]
+        r = bs.compare(res, s[0], s[1], params=("A",)).iloc[0]
+        r0 = bs.compare(res, s[0], s[1], params=("A",), seed_sd=0.0).iloc[0]  # these seeds only
         rows.append(
             {
                 "pair": pair,
                 "p_a_greater": float(r["p_a_greater"]),
                 "verdict": str(r["verdict"]),
                 "higher": str(r["verdict"]).endswith(" higher"),
+                "higher_seed_sd0": str(r0["verdict"]).endswith(" higher"),
             }
         )
     return rows
@@ -438,7 +440,10 @@ def run_benchmark(
             columns=["run", "role", "horizon", "method", "converged", "family", "noise", "scenario"]
         )
     )
-    pairs = pd.DataFrame(pair_rows, columns=["pair", "p_a_greater", "verdict", "higher", "horizon", "method"])
+    pairs = pd.DataFrame(
+        pair_rows,
+        columns=["pair", "p_a_greater", "verdict", "higher", "higher_seed_sd0", "horizon", "method"],
+    )
     if len(pairs):
         pinfo = pair_runs.drop_duplicates("pair")[["pair", "scenario", "family", "noise"]]
         pairs = pairs.merge(pinfo, on="pair")
@@ -596,6 +601,16 @@ def to_markdown(res: MisspecResult, header: Sequence[str] = ()) -> str:
             "",
         ]
         lines += _table(_wide(_share(res.pairs, "family", "higher"), "family", "cell", bayes, horizons))
+        if "higher_seed_sd0" in res.pairs.columns:
+            lines += [
+                "",
+                "The same pairs compared without `compare`'s seed term (`seed_sd=0`, version 0.1: these "
+                "seeds only):",
+                "",
+            ]
+            lines += _table(
+                _wide(_share(res.pairs, "family", "higher_seed_sd0"), "family", "cell", bayes, horizons)
+            )
     if len(res.runs):
         single = res.runs[res.runs["role"] == "run"].assign(outside=lambda d: ~d["ceiling_in_90"])
         lines += [

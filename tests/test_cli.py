@@ -317,6 +317,7 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
         (["identify", "x.csv", "--out", "o", "--n-future", "-1"], ["--n-future", "non-negative"]),
         (["compare", "f", "--params", "A,reward"], ["--params reward needs --budget"]),
         (["compare", "f", "--seed-sd", "-0.01"], ["--seed-sd", "non-negative"]),
+        (["compare", "f", "--seed-sd", "inf"], ["--seed-sd", "finite"]),
         (
             ["demo", "--model", "hierarchical", "--likelihood", "student_t"],
             ["hierarchical", "--likelihood student_t"],

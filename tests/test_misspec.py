@@ -256,7 +256,7 @@ def test_run_benchmark_end_to_end():
     assert (r["ceiling_in_90"] == inside).all()
     # one compare verdict per seed pair
     assert len(res.pairs) == 4 and res.pairs["p_a_greater"].between(0, 1).all()
-    assert res.pairs["higher"].dtype == bool
+    assert res.pairs["higher"].dtype == bool and res.pairs["higher_seed_sd0"].dtype == bool
     text = mod.to_markdown(res, ["# title"])
     for heading in ("## Summary", "## Seed pairs", "## Identify verdicts", "## Every scenario"):
         assert heading in text

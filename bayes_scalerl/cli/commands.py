@@ -14,6 +14,7 @@ still accepted (hidden from ``--help``, with a note on stderr).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,13 @@ def _fractions(text: str) -> list[float]:
     if any(v > 1 for v in values):
         raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {text!r}")
     return values
+
+
+def _finite_nonneg_float(text: str) -> float:
+    v = _nonneg_float(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite non-negative number, got {text!r}")
+    return v
 
 
 def _nonneg_float(text: str) -> float:
@@ -360,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_cmp.add_argument(
         "--seed-sd",
-        type=_nonneg_float,
+        type=_finite_nonneg_float,
         default=None,
         help="independent fits: seed-to-seed sd of A and reward added to each recipe (default: "
         "estimated from repeat seeds, pooled with 0.01 from the ScaleRL paper; 0: these seeds only)",
