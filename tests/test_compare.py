@@ -263,3 +263,5 @@ def test_seed_spread_is_estimated_from_repeat_seeds():
         cmp.estimate_seed_sd(res, "B")
     with pytest.raises(ValueError, match="seed_sd"):
         cmp.compare(res, seed_sd=-0.01)
+    with pytest.raises(ValueError, match="seed_sd"):  # checked whatever the parameters
+        cmp.compare(res, params=("B",), seed_sd=float("nan"))

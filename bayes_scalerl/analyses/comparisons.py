@@ -226,6 +226,11 @@ def estimate_seed_sd(
     return float(tau[np.searchsorted(np.cumsum(p), 0.5)])
 
 
+def _check_seed_sd(seed_sd: float | None) -> None:
+    if seed_sd is not None and not (np.isfinite(seed_sd) and seed_sd >= 0):
+        raise ValueError(f"seed_sd must be a finite number >= 0, got {seed_sd!r}")
+
+
 def _normal_scores(n: int, n_draws: int) -> np.ndarray:
     """``n`` independent rows of standard normal scores, shape (n, n_draws), deterministic.
 
@@ -268,8 +273,7 @@ def recipe_draws(
     """
     if param not in PARAMS:
         raise ValueError(f"param must be one of {PARAMS}, got {param!r}")
-    if seed_sd is not None and not (np.isfinite(seed_sd) and seed_sd >= 0):
-        raise ValueError(f"seed_sd must be a finite number >= 0, got {seed_sd!r}")
+    _check_seed_sd(seed_sd)
     if param == "reward" and (budget is None or not budget > 0):
         raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
     if _is_hier(result):
@@ -396,6 +400,7 @@ def compare(
         if not rope >= 0:
             raise ValueError(f"rope must be non-negative, got {rope!r}")
         ropes = dict.fromkeys(PARAMS, float(rope))
+    _check_seed_sd(seed_sd)
     lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
     rows = []
     for param in params:
