@@ -219,6 +219,25 @@ def test_reward_at_budget_matches_the_curve():
     expect = bs.scalerl_curve(4000, 0.7, 2.0, 4000.0, 0.3) - bs.scalerl_curve(4000, 0.6, 2.0, 2000.0, 0.3)
     assert row.diff_mean == pytest.approx(expect)
     assert isinstance(cmp.compare(res, "x", "y", params=("reward",), budget=4000), pd.DataFrame)
+    # with repeat seeds: compare's seed term on the reward is estimate_seed_sd's, from one pass
+    res = _result(
+        {
+            "x/s0": {"A": 0.70, "B": 2.0, "C_mid": 4000.0},
+            "x/s1": {"A": 0.74, "B": 2.0, "C_mid": 4000.0},
+            "y/s0": {"A": 0.60, "B": 2.0, "C_mid": 2000.0},
+        },
+        ["x", "x", "y"],
+    )
+    tau = cmp.estimate_seed_sd(res, "reward", budget=4000)
+    assert 0.01 < tau < 0.03  # the seeds' rewards at C_mid are 0.02 apart (sd 0.014)
+    row = cmp.compare(res, "x", "y", params=("reward",), budget=4000).iloc[0]
+    assert row.seed_sd == tau
+    _, d = cmp.recipe_draws(res, "reward", budget=4000)
+    # x's term has sd tau / sqrt(2), y's tau: the difference is normal, sd tau sqrt(1.5); its
+    # 90% interval's width from 800 draws has a Monte Carlo sd of about 2.6%: 3 sd allowed
+    half = 1.6449 * tau * np.sqrt(1.5)
+    assert row.diff_q95 - row.diff_q05 == pytest.approx(2 * half, rel=0.08)
+    assert row.diff_mean == pytest.approx((d[0] - d[1]).mean(), abs=1e-12)
 
 
 def test_one_seed_each_is_not_a_verdict_for_a_gap_no_rerun_would_keep():

@@ -150,10 +150,15 @@ def _recipe_params(result: FitResult, task: str | None) -> dict[str, np.ndarray]
     return out
 
 
+def _run_curve_draws(result: FitResult, compute: np.ndarray) -> np.ndarray:
+    """Each run's expected reward at ``compute`` (independent fits), shape (run, sample, q)."""
+    return result.predict_draws(np.asarray(compute, float), kind="curve")
+
+
 def _run_draws(result: FitResult, param: str, budget: float | None) -> np.ndarray:
     """Each run's draws of ``param`` (independent fits), shape (run, sample)."""
     if param == "reward":
-        return result.predict_draws(np.array([budget], float), kind="curve")[..., 0]
+        return _run_curve_draws(result, np.array([budget], float))[..., 0]
     return result.draws(param)
 
 
@@ -214,16 +219,26 @@ def estimate_seed_sd(
     """
     if param not in _SEEDED:
         raise ValueError(f"the seed term is for {sorted(_SEEDED)}, got {param!r}")
-    if param == "reward" and (budget is None or not budget > 0):
-        raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
+    _check_param(param, budget)
     task = _check_task(result, task)
     if _is_hier(result):
         return 0.0
-    groups = _run_groups(result, task)
+    return _seed_sd_of(_run_draws(result, param, budget), _run_groups(result, task))
+
+
+def _seed_sd_of(runs: np.ndarray, groups: dict[str, np.ndarray]) -> float:
+    """:func:`estimate_seed_sd` from each run's draws, shape (run, sample)."""
     if all(idx.size < 2 for idx in groups.values()):
         return SEED_SD  # the prior's median
-    tau, p = _seed_posterior(_run_draws(result, param, budget), groups)
+    tau, p = _seed_posterior(runs, groups)
     return float(tau[np.searchsorted(np.cumsum(p), 0.5)])
+
+
+def _check_param(param: str, budget: float | None) -> None:
+    if param not in PARAMS:
+        raise ValueError(f"param must be one of {PARAMS}, got {param!r}")
+    if param == "reward" and (budget is None or not budget > 0):
+        raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
 
 
 def _check_seed_sd(seed_sd: float | None) -> None:
@@ -271,28 +286,35 @@ def recipe_draws(
     names : list of str
     draws : ndarray, shape (recipe, sample)
     """
-    if param not in PARAMS:
-        raise ValueError(f"param must be one of {PARAMS}, got {param!r}")
+    _check_param(param, budget)
     _check_seed_sd(seed_sd)
-    if param == "reward" and (budget is None or not budget > 0):
-        raise ValueError(f"param='reward' needs a positive budget, got {budget!r}")
     if _is_hier(result):
         if param == "reward":
             names, d = recipe_curve_draws(result, [budget], task=task)
             return names, d[..., 0]
         return recipe_names(result), _recipe_params(result, _check_task(result, task))[param]
-    task = _check_task(result, task)
+    names, d, _ = _seeded_draws(result, param, budget, _check_task(result, task), seed_sd)
+    return names, d
+
+
+def _seeded_draws(
+    result: FitResult, param: str, budget: float | None, task: str | None, seed_sd: float | None
+) -> tuple[list[str], np.ndarray, float]:
+    """:func:`recipe_draws` of an independent fit, with the seed term's ``tau`` it used.
+
+    Each run's draws are computed once, for the recipes' means and for ``tau``.
+    """
     names = recipe_names(result)
     runs = _run_draws(result, param, budget)
     groups = _run_groups(result, task)
     d = np.stack([runs[groups[r]].mean(0) for r in names])
     if param not in _SEEDED:
-        return names, d
-    tau = estimate_seed_sd(result, param, budget=budget, task=task) if seed_sd is None else float(seed_sd)
+        return names, d, 0.0
+    tau = _seed_sd_of(runs, groups) if seed_sd is None else float(seed_sd)
     if tau == 0:
-        return names, d
+        return names, d, 0.0
     n = np.array([groups[r].size for r in names], float)
-    return names, d + tau / np.sqrt(np.maximum(n, 1.0))[:, None] * _normal_scores(len(names), d.shape[1])
+    return names, d + tau / np.sqrt(np.maximum(n, 1.0))[:, None] * _normal_scores(len(names), d.shape[1]), tau
 
 
 def recipe_curve_draws(
@@ -314,7 +336,7 @@ def recipe_curve_draws(
             level = p["level"][..., None]
             mu = mu + np.where(c > 0, level + (p["delta"][..., None] - level) * grow, 0.0)
         return names, mu
-    runs = result.predict_draws(c, kind="curve")  # run, sample, q
+    runs = _run_curve_draws(result, c)  # run, sample, q
     groups = _run_groups(result, task)
     return names, np.stack([runs[groups[r]].mean(0) for r in names])
 
@@ -404,10 +426,12 @@ def compare(
     lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
     rows = []
     for param in params:
-        tau = 0.0
-        if param in _SEEDED and not _is_hier(result):
-            tau = estimate_seed_sd(result, param, budget=budget, task=task) if seed_sd is None else seed_sd
-        names, d = recipe_draws(result, param, budget=budget, task=task, seed_sd=tau)
+        _check_param(param, budget)
+        if _is_hier(result):  # the recipe level has its own spread: no seed term
+            tau = 0.0
+            names, d = recipe_draws(result, param, budget=budget, task=task)
+        else:
+            names, d, tau = _seeded_draws(result, param, budget, _check_task(result, task), seed_sd)
         index = {n: i for i, n in enumerate(names)}
         for x, y in _pairs(names, a, b):
             dx, dy = d[index[x]], d[index[y]]
