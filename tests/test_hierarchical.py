@@ -210,22 +210,21 @@ def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
     _agree_with_the_joint_sampler(study[1], seed=5, ref_seed=3)
 
 
-def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks():
-    runs = _task_study(21, code_shift=-0.12, noise_seed=3)
-    _agree_with_the_joint_sampler(runs, seed=6, ref_seed=2)
+def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks_ar1_errors_and_single_seeds():
+    """Two tasks, AR(1) errors at a fixed correlation and recipes of one seed, in one study.
 
-
-def test_pooled_sampler_agrees_with_the_joint_sampler_with_ar1_errors():
-    """AR(1) errors at a fixed correlation: both samplers whiten the same way.
-
-    Two of the four recipes have one seed, as in a sweep where some variants ran once: the
-    split move (``pooling._split_block``) moves their levels, not the others'.
+    Both samplers whiten the AR(1) errors the same way; one of the three recipes ran once
+    (as in a sweep where some variants ran once), so the split move
+    (``pooling._split_block``) moves its level, not the others'.
     """
-    rng = np.random.default_rng(31)
-    truth = random_recipes(rng, 4, 3, A=(0.50, 0.66), C_mid=(1500.0, 4000.0))
-    df = bs.simulate_runs(truth, GRID, rng, ar1=0.5, extra_columns=("recipe", "seed"))
-    df = df[~(df["recipe"].isin(["recipe000", "recipe001"]) & (df["seed"] > 0))]
-    _agree_with_the_joint_sampler(bs.Runs.from_frame(df), seed=1, ref_seed=1, rho=0.5)
+    truth = random_recipes(np.random.default_rng(21), 3, 2, A=(0.5, 0.6))
+    truth = truth[~((truth["recipe"] == truth["recipe"].iloc[0]) & (truth["seed"] > 0))]
+    frames = []
+    for task, shift in (("math", 0.0), ("code", -0.12)):
+        t = truth.assign(A=truth["A"] + shift, task=task)
+        rng = np.random.default_rng(len(task) + 3)
+        frames.append(bs.simulate_runs(t, GRID, rng, ar1=0.5, extra_columns=("recipe", "task")))
+    _agree_with_the_joint_sampler(bs.Runs.from_frame(pd.concat(frames)), seed=6, ref_seed=2, rho=0.5)
 
 
 def test_recipe_and_population_ceilings_stay_below_one():
