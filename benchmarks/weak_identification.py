@@ -54,6 +54,8 @@ def main(argv=None) -> None:
     settings = {
         "default": {},
         "default-no-retry": {"retry": False},
+        # the batch's AR(1) correlation by the restricted likelihood of least-squares residuals
+        "reml": {"priors": bs.Priors(rho="reml")},
         # the default until 0.2: independent Gaussian noise, with the discrepancy
         "gaussian-default": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False)},
         "gaussian-default-no-retry": {

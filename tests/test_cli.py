@@ -430,3 +430,16 @@ def test_shape_noise_option_sets_the_priors(command):
     assert _priors(parser.parse_args([*command, "--shape-noise", "auto"])).shape_noise == "auto"
     assert _priors(parser.parse_args([*command, "--shape-noise", "none"])).shape_noise is None
     assert _priors(parser.parse_args([*command, "--shape-noise", "1.5:0.5"])).shape_noise == (1.5, 0.5)
+
+
+@pytest.mark.parametrize(
+    "command", [["fit", "x.csv", "--out", "o"], ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"]]
+)
+def test_rho_option_sets_the_priors(command):
+    from bayes_scalerl.cli.commands import _priors, build_parser
+
+    parser = build_parser()
+    assert _priors(parser.parse_args(command)).rho == "auto"  # the default: the batch's variogram
+    assert _priors(parser.parse_args([*command, "--rho", "reml"])).rho == "reml"
+    assert _priors(parser.parse_args([*command, "--rho", "0.4"])).rho == 0.4
+    assert _priors(parser.parse_args([*command, "--rho", "sampled"])).rho is None

@@ -226,8 +226,9 @@ def _add_rho_option(p: argparse.ArgumentParser) -> None:
         "--rho",
         default=None,
         help="with --likelihood ar1: the AR(1) correlation of neighbouring evaluations, 'auto' "
-        "(default: the batch's estimate from the data, bs.noise_correlation, for every run), a number "
-        "in (-1, 1) for every run, or 'sampled' (each run's own, sampled; slower)",
+        "(default: the batch's estimate from the data, bs.noise_correlation, for every run), "
+        "'reml' (the batch's estimate by the restricted likelihood of least-squares residuals), "
+        "a number in (-1, 1) for every run, or 'sampled' (each run's own, sampled; slower)",
     )
 
 
@@ -467,7 +468,7 @@ def _priors(args):
         rho = "auto"
     elif rho == "sampled":
         rho = None
-    elif rho != "auto":
+    elif rho not in ("auto", "reml"):
         rho = float(rho)
     return Priors(
         likelihood=args.likelihood,
@@ -650,7 +651,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     if args.likelihood == "ar1" and isinstance(fixed_rho, float):
         how = (
             "as given"
-            if getattr(args, "rho", None) not in (None, "auto")
+            if getattr(args, "rho", None) not in (None, "auto", "reml")
             else "the batch's estimate from the data"
         )
         print(f"AR(1) noise with rho fixed at {fixed_rho:.3f} for every run ({how})")
@@ -720,11 +721,11 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         if args.likelihood != "ar1":
             parser.error("argument --rho: needs --likelihood ar1")
         try:
-            ok = rho in ("auto", "sampled") or -1.0 < float(rho) < 1.0
+            ok = rho in ("auto", "reml", "sampled") or -1.0 < float(rho) < 1.0
         except ValueError:
             ok = False
         if not ok:
-            parser.error(f"argument --rho: 'auto', 'sampled' or a number in (-1, 1), got {rho!r}")
+            parser.error(f"argument --rho: 'auto', 'reml', 'sampled' or a number in (-1, 1), got {rho!r}")
     shape = getattr(args, "shape_noise", None)
     if shape is not None:
         try:

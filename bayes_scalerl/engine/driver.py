@@ -328,12 +328,12 @@ def sample_window(
 
     model = _as_model(model)
     priors = getattr(model, "priors", None)
-    if getattr(priors, "rho", None) == "auto" and priors.likelihood == "ar1" and window.rho is None:
+    from ..data.noise import ESTIMATED_RHO, with_window_rho
+
+    if getattr(priors, "rho", None) in ESTIMATED_RHO and priors.likelihood == "ar1" and window.rho is None:
         # the AR(1) correlation at the batch's estimate (fit() resolves it before; this is for
         # direct calls): data of the program, one value for every run
-        from ..data.noise import with_window_rho
-
-        window, _ = with_window_rho(window, "auto")
+        window, _ = with_window_rho(window, priors.rho)
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     chunk_size = int(chunk_size)

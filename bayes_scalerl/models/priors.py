@@ -83,14 +83,17 @@ class Priors:
         puts mass near ``rho = 1``, where a near-random walk of large stationary sd
         mimics any curve: measured, it made the posterior of ``A`` and the bands far
         too wide (90% bands covering 97% of held-out points).
-    rho : float, "auto" or None
+    rho : float, "auto", "reml" or None
         With ``likelihood="ar1"``: ``"auto"`` (default) fixes every run's correlation at
         :func:`~bayes_scalerl.noise_correlation` of the fitted runs, estimated from the
-        data before the fit; a number in ``(-1, 1)`` fixes it at that value (a point-mass
-        prior: one coordinate fewer for NUTS, and no ``rho`` in the posterior); ``None``
-        samples each run's correlation with the prior above (needs ``target_accept``
-        0.99 and converges on fewer runs). Other likelihoods ignore ``"auto"`` and
-        ``None`` and refuse a number.
+        data before the fit (a variogram of second differences); ``"reml"`` at the
+        restricted likelihood of each run's least-squares residuals
+        (:mod:`~bayes_scalerl.models.residual_correlation`);
+        a number in ``(-1, 1)`` fixes it at that value (a point-mass prior: one
+        coordinate fewer for NUTS, and no ``rho`` in the posterior); ``None`` samples
+        each run's correlation with the prior above (needs ``target_accept`` 0.99 and
+        converges on fewer runs). Other likelihoods ignore ``"auto"``, ``"reml"``
+        and ``None`` and refuse a number.
     shape_noise : None, "auto" or (float, float)
         Departures from the sigmoid that are smooth in log compute, shared by
         neighbouring evaluations over a stretch of a curve (an Ornstein-Uhlenbeck process
@@ -124,7 +127,7 @@ class Priors:
                 f"Priors: likelihood must be one of {', '.join(map(repr, LIKELIHOODS))}, "
                 f"got {self.likelihood!r}."
             )
-        if self.rho is not None and self.rho != "auto":
+        if self.rho is not None and self.rho not in ("auto", "reml"):
             if self.likelihood != "ar1":
                 raise ValueError(f"Priors: rho={self.rho!r} needs likelihood='ar1', got {self.likelihood!r}.")
             try:
@@ -133,7 +136,7 @@ class Priors:
                 ok = False
             if not ok:
                 raise ValueError(
-                    f"Priors: rho must be 'auto', None or a number in (-1, 1), got {self.rho!r}."
+                    f"Priors: rho must be 'auto', 'reml', None or a number in (-1, 1), got {self.rho!r}."
                 )
             object.__setattr__(self, "rho", float(self.rho))
         if self.shape_noise is not None and self.shape_noise != "auto":

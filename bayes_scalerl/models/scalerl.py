@@ -83,7 +83,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr, ndtri
 
-from ..data.noise import noise_correlation_arrays
+from ..data.noise import estimate_rho
 from .curve import gain_fraction
 from .priors import Priors
 from .shape_noise import apply_whitening, state_space_whitening
@@ -211,8 +211,8 @@ def make_run_data(
 
     ``n_eval`` (same shape as ``reward``) is needed by the binomial likelihood only;
     ``rho`` (same shape as ``R0``) by the AR(1) likelihood with a fixed correlation only;
-    without it a number in ``priors.rho`` is used, and ``"auto"`` is estimated from
-    ``reward`` and ``mask`` (:func:`~bayes_scalerl.data.noise.noise_correlation_arrays`).
+    without it a number in ``priors.rho`` is used, and ``"auto"`` or ``"reml"`` is
+    estimated from these points (:func:`~bayes_scalerl.data.noise.estimate_rho`).
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
@@ -235,13 +235,19 @@ def make_run_data(
     if priors.likelihood == "ar1" and not priors.rho_sampled:
         if rho is None and isinstance(priors.rho, float):
             rho = priors.rho
-        elif rho is None:  # "auto": the estimate from these runs' points
+        elif rho is None:  # "auto" or "reml": the estimate from these runs' points
             if isinstance(y, jax.core.Tracer):
                 raise ValueError(
-                    "the AR(1) likelihood with rho='auto' needs each run's rho (FitWindow.rho) inside a "
-                    "traced function"
+                    f"the AR(1) likelihood with rho={priors.rho!r} needs each run's rho (FitWindow.rho) "
+                    "inside a traced function"
                 )
-            rho = noise_correlation_arrays(np.atleast_2d(np.asarray(y)), np.atleast_2d(np.asarray(mask)))
+            rho = estimate_rho(
+                np.atleast_2d(np.asarray(compute)),
+                np.atleast_2d(np.asarray(y)),
+                np.atleast_2d(np.asarray(mask)),
+                np.atleast_1d(np.asarray(R0)),
+                priors.rho,
+            )
         rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), R0.shape)
     else:
         rho = jnp.zeros_like(R0)

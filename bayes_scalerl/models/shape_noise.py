@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..data.packing import pack, packing
-from .least_squares import paper_fit_arrays
+from .least_squares import refined_residuals
 
 __all__ = [
     "KAPPA_GRID",
@@ -301,64 +301,12 @@ def apply_whitening(coef: jax.Array, x: jax.Array, parallel: bool | None = None)
     return jnp.moveaxis(w, 0, -1)
 
 
-def _refine(x, y, R0, g, log_C, log_B, steps: int = 40) -> np.ndarray:
-    """The least-squares curve at ``x = log C``, refined from the grid fit by
-    Levenberg-Marquardt on ``(A - R0, log C_mid, log B)``.
-
-    The paper's grid is coarse (``C_mid`` in 100 linear steps up to five times the largest
-    compute, ``A`` in steps of 0.005): its misfit is smooth in ``log C`` and, on an exact
-    sigmoid with 14 points, read as departures (``kappa`` 4, a gain of 5.8) before this step.
-    """
-    theta = np.array([g, log_C, log_B], float)
-
-    def curve_jac(t):
-        B = np.exp(np.clip(t[2], -5.0, 5.0))  # the grid's B is in (0.05, 20)
-        s = 0.5 * (1.0 + np.tanh(0.5 * B * (x - t[1])))  # the logistic, without overflow
-        ds = s * (1.0 - s)
-        J = np.stack([s, -t[0] * ds * B, t[0] * ds * B * (x - t[1])], axis=1)
-        return R0 + t[0] * s, J
-
-    mu, J = curve_jac(theta)
-    rss = np.sum((y - mu) ** 2)
-    lam = 1e-3
-    for _ in range(steps):
-        r = y - mu
-        H = J.T @ J
-        try:
-            step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-12), J.T @ r)
-        except np.linalg.LinAlgError:  # a flat run (no rise): the grid fit stands
-            break
-        new = theta + step
-        new[2] = np.clip(new[2], -5.0, 5.0)
-        mu_new, J_new = curve_jac(new)
-        rss_new = np.sum((y - mu_new) ** 2)
-        if np.isfinite(rss_new) and rss_new < rss:
-            theta, mu, J, rss, lam = new, mu_new, J_new, rss_new, lam / 3.0
-        else:
-            lam *= 4.0
-    return mu
-
-
 def _residuals(compute, reward, mask, R0, stride):
     """Least-squares residuals of each run (rows of ``log_c``, ``resid``, ``mask``), every
-    ``stride``-th fitted point."""
-    compute = np.asarray(compute, float)
-    reward = np.asarray(reward, float)
-    use = np.asarray(mask, bool) & (compute > 0) & np.isfinite(reward)
-    rows = [i for i in range(compute.shape[0]) if use[i].sum() >= MIN_POINTS][:MAX_RUNS]
-    width = max([len(range(0, int(use[i].sum()), stride)) for i in rows] or [1])
-    log_c = np.zeros((len(rows), width))
-    resid = np.zeros((len(rows), width))
-    m = np.zeros((len(rows), width), bool)
-    for k, i in enumerate(rows):  # a few ms a run, once a batch
-        c, y = compute[i][use[i]][::stride], reward[i][use[i]][::stride]
-        f = paper_fit_arrays(c, y, float(R0[i]))
-        if not np.isfinite(f["rss"]):
-            continue
-        curve = _refine(np.log(c), y, f["R0"], f["A"] - f["R0"], np.log(f["C_mid"]), np.log(f["B"]))
-        n = len(c)
-        log_c[k, :n], resid[k, :n], m[k, :n] = np.log(c), y - curve, True
-        log_c[k, n:] = log_c[k, n - 1]
+    ``stride``-th fitted point (:func:`~.least_squares.refined_residuals`)."""
+    log_c, resid, _, m = refined_residuals(
+        compute, reward, mask, R0, min_points=MIN_POINTS, max_runs=MAX_RUNS, stride=stride, coarse=True
+    )
     return log_c, resid, m
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..data.noise import with_window_rho
+from ..data.noise import ESTIMATED_RHO, with_window_rho
 from ..data.runs import DataError, Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime
 from ..engine.retry import Retry, sample_retrying
@@ -223,7 +223,7 @@ def fit(
     if priors.likelihood == "ar1" and not priors.rho_sampled:
         # a fixed rho is data of the program (one compiled program for every value); the
         # fit's priors record the value, "auto" resolved to the batch's estimate
-        auto = priors.rho == "auto"
+        auto = priors.rho in ESTIMATED_RHO
         window, rho = with_window_rho(window, priors.rho)
         model_obj = SigmoidModel(dataclasses.replace(priors, rho="auto"))
         priors = dataclasses.replace(priors, rho=rho)
