@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument(
         "--rho",
         default="auto",
-        help="with --likelihood ar1: rho fixed at this value, 'auto' (default) or 'sampled'",
+        help="with --likelihood ar1: rho fixed at this value, 'auto' (default), 'reml' or 'sampled'",
     )
     p.add_argument(
         "--r0",
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     rho = {"auto": "auto", "sampled": None}.get(a.rho, a.rho)
     priors = bs.Priors(
         likelihood=a.likelihood,
-        rho=rho if rho in ("auto", None) else float(rho),
+        rho=rho if rho in ("auto", "reml", None) else float(rho),
         R0_fitted=a.r0 == "fitted",
     )
     t0 = time.perf_counter()
