@@ -29,10 +29,10 @@ correlation (0.1-0.5 on wiggles with independent noise).
 It is not the default because the bands were not better calibrated
 (``benchmarks/results/rho-reml.md``): on the misspecification benchmark it brought the
 power law under AR(1) noise from 0.98-0.99 to 0.85-0.96, and the late-drifting curves down
-from inside the range to 0.72-0.81 (at 48 evaluations a run; 0.93 -> 0.77 at 2x under
-AR(1) noise): the variogram's overestimate there, from the
-drop's curvature, had widened their bands for the drift that no fit of the window sees.
-Scenarios inside 0.85-0.95 went 11 -> 8 of 21 at 2x and stayed 11 at 4x (48
+to 0.72-0.81 (at 48 evaluations a run, under AR(1) noise 0.93 -> 0.77 at 2x, under
+independent noise 0.89 -> 0.78 at 4x): the variogram's overestimate there, from the drop's
+curvature, had widened their bands for the drift that no fit of the window sees.
+Scenarios inside 0.85-0.95 went 10 -> 8 of 21 at 2x and stayed 11 at 4x (48
 evaluations), 14 -> 15 and 12 -> 12 (200 evaluations); DAPO 0.918 / 0.947 against 0.916
 / 0.947.
 
