@@ -258,5 +258,33 @@ def test_run_benchmark_end_to_end():
     assert len(res.pairs) == 4 and res.pairs["p_a_greater"].between(0, 1).all()
     assert res.pairs["higher"].dtype == bool and res.pairs["higher_seed_sd0"].dtype == bool
     text = mod.to_markdown(res, ["# title"])
-    for heading in ("## Summary", "## Seed pairs", "## Identify verdicts", "## Every scenario"):
+    for heading in (
+        "## Summary",
+        "## Scenarios inside",
+        "## Seed pairs",
+        "## Identify verdicts",
+        "## Every scenario",
+    ):
         assert heading in text
+
+
+def test_range_check_counts_cells_outside_the_range_beyond_their_standard_error():
+    mod = _benchmark_module()
+    scores = pd.DataFrame(
+        {
+            "scenario": ["a", "b", "c", "d", "e", "f"],
+            "horizon": 2.0,
+            "method": "m",
+            "coverage90": [0.90, 0.97, 0.97, 0.80, 0.84, 1.0],
+            "coverage90_se": [0.01, 0.005, 0.02, 0.01, 0.01, np.nan],
+        }
+    )
+    r = mod.range_check(scores)
+    assert len(r) == 1
+    row = r.iloc[0]
+    assert row["scenarios"] == 6 and row["inside"] == 1
+    # b: 0.97 - 2 x 0.005 > 0.95; c: 0.97 - 0.04 is not; f: a missing error counts as 0
+    assert row["too_wide"] == 2 and row["too_narrow"] == 1  # d: 0.80 + 0.02 < 0.85; e: 0.84 + 0.02 is not
+    assert row["outside"] == "b 0.970 (0.005), d 0.800 (0.010), f 1.000 (0.000)"
+    r2 = mod.range_check(scores.assign(method=["m", "m", "m", "n", "n", "n"]))
+    assert list(r2["method"]) == ["m", "n"] and list(r2["too_wide"]) == [1, 1]
