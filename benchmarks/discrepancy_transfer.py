@@ -146,10 +146,19 @@ def _coverage(main: pd.DataFrame, post: np.ndarray) -> float:
 
 
 def transfer_scenario(
-    data: pd.DataFrame, h: float, *, seed: int, fit_kwargs: dict, ratio: float = 2.0, r0_fitted: bool = False
+    data: pd.DataFrame,
+    h: float,
+    *,
+    seed: int,
+    fit_kwargs: dict,
+    ratio: float = 2.0,
+    r0_fitted: bool = False,
+    rho_method: str = "auto",
 ) -> dict:
     """The row of one scenario and horizon (see the module docstring).
 
+    ``rho_method``: the batch's AR(1) correlation by ``"auto"`` (the default's variogram) or
+    ``"reml"`` (:func:`bayes_scalerl.noise_correlation`'s ``method``).
     ``r0_fitted``: both fits with ``Priors(R0_fitted=True)`` (``R0`` a parameter, the first
     evaluation in the likelihood) instead of the default (``R0`` fixed at the first evaluation).
     """
@@ -159,7 +168,7 @@ def transfer_scenario(
     c_max = t.groupby("run")["compute"].max()
     cut = c_max / h
     main_runs = bs.Runs.from_frame(t[t["compute"] <= t["run"].map(cut)])
-    rho = bs.noise_correlation(main_runs)
+    rho = bs.noise_correlation(main_runs, method=rho_method)
     priors = bs.Priors(rho=rho, R0_fitted=r0_fitted)
     fit_main = bs.fit(main_runs, priors=priors, discrepancy=False, seed=seed, **fit_kwargs)
     c_last = main_runs.table.groupby("run")["compute"].max()
@@ -223,6 +232,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument(
         "--r0-fitted", action="store_true", help="Fit R0 (Priors(R0_fitted=True)) instead of fixing it."
     )
+    ap.add_argument(
+        "--rho",
+        choices=("auto", "reml"),
+        default="auto",
+        help="The batch's AR(1) correlation: the variogram (auto, the default's) or reml.",
+    )
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--out", default=None, help="Markdown file to write the table to (atomically).")
@@ -244,7 +259,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             )
             for h in horizons:
                 row = transfer_scenario(
-                    data, h, seed=args.seed, fit_kwargs=fit_kwargs, ratio=args.ratio, r0_fitted=args.r0_fitted
+                    data,
+                    h,
+                    seed=args.seed,
+                    fit_kwargs=fit_kwargs,
+                    ratio=args.ratio,
+                    r0_fitted=args.r0_fitted,
+                    rho_method=args.rho,
                 )
                 rows.append({"scenario": f"{fam}/{noise}", "horizon": f"{h:g}x", **row})
                 print(rows[-1], flush=True)
