@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 import bayes_scalerl as bs
+from bayes_scalerl.data.files import atomic_file
 
 __all__ = ["main", "run"]
 
@@ -234,8 +235,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     text = "\n".join([*header, *_table(scores), "", *task_lines, *ident_lines, ""])
     print(text)
     if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+        with atomic_file(a.out) as tmp:  # a failed write leaves the old table
+            tmp.write_text(text)
     return scores
 
 

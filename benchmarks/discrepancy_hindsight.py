@@ -43,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from discrepancy_transfer import _LAM, _coverage, moments
+from discrepancy_transfer import _coverage, error_scales, moments
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.runs import MIN_POINTS
-from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy, discrepancy_shape, scale_posteriors
+from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy
 
 __all__ = ["SETS", "fit_set", "scales", "main"]
 
@@ -80,12 +80,7 @@ def fit_set(table: pd.DataFrame, fraction: float, seed: int) -> tuple[list[str],
 
 def scales(errors: pd.DataFrame, names: list[str], per_run: bool) -> np.ndarray:
     """Posterior weights on the scale grid from the errors of :func:`moments` (run, grid, grid)."""
-    pos = {n: i for i, n in enumerate(names)}
-    e = (errors["reward"] - errors["mean"]).to_numpy()
-    s2 = (_LAM * discrepancy_shape(errors["h"].to_numpy(), _LAM)) ** 2
-    run_of = errors["run"].map(pos).to_numpy()
-    settings = Discrepancy(per_run=per_run)
-    return scale_posteriors(e, errors["var"].to_numpy(), s2, run_of, len(names), settings)[0]
+    return error_scales(errors, {n: i for i, n in enumerate(names)}, Discrepancy(per_run=per_run))
 
 
 def _cell(v) -> str:

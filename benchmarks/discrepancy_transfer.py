@@ -56,6 +56,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -66,7 +67,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy, discrepancy_shape, scale_posteriors
 
-__all__ = ["RULES", "moments", "transfer_scenario", "main"]
+__all__ = ["RULES", "moments", "error_scales", "transfer_scenario", "main"]
 
 #: The rules scored, in table order.
 RULES = ("none", "current", "prior10", "crps", "coverage", "hindsight")
@@ -107,6 +108,18 @@ def moments(res: bs.FitResult, runs: bs.Runs, after: pd.Series, until: pd.Series
     y[valid] = out["reward"].to_numpy()
     out["pit_draws"] = np.mean(obs <= y[:, None, :], axis=1)[valid]
     return out
+
+
+def error_scales(errors: pd.DataFrame, pos: Mapping[str, int], settings: Discrepancy) -> np.ndarray:
+    """Posterior weights of every run on the scale grid from errors of :func:`moments`.
+
+    ``pos`` maps each run's name to its index (runs without errors get the batch's
+    distribution). Returns an array of shape (run, grid, grid).
+    """
+    e = (errors["reward"] - errors["mean"]).to_numpy()
+    s2 = (_LAM * discrepancy_shape(errors["h"].to_numpy(), _LAM)) ** 2
+    run_of = errors["run"].map(pos).to_numpy()
+    return scale_posteriors(e, errors["var"].to_numpy(), s2, run_of, len(pos), settings)[0]
 
 
 def _crps(e: np.ndarray, sd: np.ndarray) -> np.ndarray:
@@ -177,15 +190,13 @@ def transfer_scenario(
     inner = bs.Runs.from_frame(mt[mt["compute"] <= mt["run"].map(c_last / ratio)])
     fit_ref = bs.fit(inner, priors=priors, discrepancy=False, seed=seed + 1, **fit_kwargs)
     ref = moments(fit_ref, main_runs, inner.table.groupby("run")["compute"].max(), c_last)
-    # the refit's runs indexed as the main fit's (calibrate's run_of)
+    # the runs indexed as the main fit's (error_scales maps the refit's errors with it)
     pos = {n: i for i, n in enumerate(fit_main.run_names)}
     n_runs = len(pos)
-    run_of = ref["run"].map(pos).to_numpy()
     e_ref = (ref["reward"] - ref["mean"]).to_numpy()
-    s2_ref = (_LAM * discrepancy_shape(ref["h"].to_numpy(), _LAM)) ** 2
 
     def rule(settings: Discrepancy) -> np.ndarray:
-        return scale_posteriors(e_ref, ref["var"].to_numpy(), s2_ref, run_of, n_runs, settings)[0]
+        return error_scales(ref, pos, settings)
 
     k = SCALE_GRID.size
     point = np.zeros((n_runs, k, k))
@@ -203,12 +214,7 @@ def transfer_scenario(
     row["none"] = _coverage(main, point)
     row["current"] = _coverage(main, rule(Discrepancy()))
     row["prior10"] = _coverage(main, rule(Discrepancy(prior_weight=10.0)))
-    pos_main = main["run"].map(pos).to_numpy()
-    s2_main = (_LAM * discrepancy_shape(main["h"].to_numpy(), _LAM)) ** 2
-    hind = scale_posteriors(
-        e_main, main["var"].to_numpy(), s2_main, pos_main, n_runs, Discrepancy(per_run=False)
-    )[0]
-    row["hindsight"] = _coverage(main, hind)
+    row["hindsight"] = _coverage(main, error_scales(main, pos, Discrepancy(per_run=False)))
     for how in ("crps", "coverage"):
         om, ta = _single_scale(ref, how)
         one = np.zeros((n_runs, k, k))
