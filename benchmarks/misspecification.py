@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
+from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, simulate_benchmark
 
 __all__ = [
     "METHODS",
@@ -254,7 +254,7 @@ def summarise(points: pd.DataFrame, runs: pd.DataFrame, by: Sequence[str]) -> pd
 def _ordered(points: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
     """Points sorted by family, noise (in the simulator's order), horizon and method (as asked)."""
     key = {
-        "family": lambda s: s.map({f: i for i, f in enumerate(FAMILIES)}),
+        "family": lambda s: s.map({f: i for i, f in enumerate(FAMILIES + HELD_OUT_FAMILIES)}),
         "noise": lambda s: s.map({n: i for i, n in enumerate(NOISES)}),
         "method": lambda s: s.map({m: i for i, m in enumerate(methods)}),
     }
@@ -728,7 +728,9 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
     )
     ap.add_argument("--method", action="append", default=[], metavar="NAME=JSON", help="add a method")
     ap.add_argument("--horizons", default="2,4,8", help="extrapolation factors, fit on compute <= max / h")
-    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument(
+        "--families", default=",".join(FAMILIES), help=f"comma-separated; also held out: {HELD_OUT_FAMILIES}"
+    )
     ap.add_argument("--noises", default=",".join(NOISES))
     ap.add_argument("--n-evals", type=int, default=48)
     ap.add_argument("--chains", type=int, default=4)

@@ -19,7 +19,10 @@ USED = {
     "double": {"A1", "B1", "C1", "B2", "C2"},
     "power": {"alpha", "C0"},
     "exponential": {"k", "tau"},
+    "jump": {"B", "C_mid", "jump_J", "jump_b", "jump_C"},
 }
+#: Every family the simulator knows: the benchmark's and the held-out ones.
+ALL_FAMILIES = ms.FAMILIES + ms.HELD_OUT_FAMILIES
 
 
 def _benchmark_module():
@@ -27,7 +30,7 @@ def _benchmark_module():
 
 
 # ---------------------------------------------------------------------- generators
-@pytest.mark.parametrize("family", ms.FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 @pytest.mark.parametrize("noise", ms.NOISES)
 def test_scenario_deterministic_columns_and_schedule(family, noise):
     a = ms.simulate_scenario(np.random.default_rng(7), family, noise, 5, n_evals=20)
@@ -72,7 +75,7 @@ def test_scenario_deterministic_columns_and_schedule(family, noise):
 
 def test_parameter_ranges():
     rng = np.random.default_rng(1)
-    for family in ms.FAMILIES:
+    for family in ALL_FAMILIES:
         p = ms.draw_params(rng, family, 400)
         assert p["R0"].between(0.10, 0.45).all()
         assert p["A"].between(0.45, 0.80).all()
@@ -94,7 +97,7 @@ def _dense(p: pd.DataFrame, lo: float = 1e-3, hi: float = 1e3) -> np.ndarray:
     return p["budget"].to_numpy()[:, None] * frac[None, :]
 
 
-@pytest.mark.parametrize("family", ms.FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_mean_curve_start_limit_and_monotonicity(family):
     p = ms.draw_params(np.random.default_rng(3), family, 300)
     c = _dense(p)
@@ -183,6 +186,23 @@ def test_benchmark_table_shares_truth_across_noise():
         only.reset_index(drop=True), df[df["family"] == "wiggle"].reset_index(drop=True)
     )
     bs.Runs.from_frame(df[["run", "compute", "reward"]])
+
+
+def test_jump_is_a_step_inside_the_run_and_held_out_of_the_benchmark():
+    p = ms.draw_params(np.random.default_rng(5), "jump", 500)
+    assert p["jump_J"].between(0.02, 0.06).all()
+    assert (p["jump_C"] / p["budget"]).between(0.1, 1.0).all()
+    sig = p.assign(family="sigmoid")
+    c_j, b = p["jump_C"].to_numpy(), p["jump_b"].to_numpy()
+    # 10% to 90% of the step within a factor exp(2 log 9 / b) <= 1.74 of compute around C_j
+    w = np.exp(np.log(9.0) / b)
+    step = ms.mean_curve(p, np.c_[c_j / w, c_j * w]) - ms.mean_curve(sig, np.c_[c_j / w, c_j * w])
+    np.testing.assert_allclose(step / p["jump_J"].to_numpy()[:, None], [[0.1, 0.9]] * 500, atol=1e-9)
+    assert "jump" not in ms.FAMILIES  # the default benchmark leaves it out
+    # adding the held-out family changes no scenario of the benchmark's families
+    df = ms.simulate_benchmark(0, families=("wiggle", "jump"), runs_per_scenario=3, n_evals=12)
+    only = ms.simulate_benchmark(0, families=("wiggle",), runs_per_scenario=3, n_evals=12)
+    pd.testing.assert_frame_equal(only, df[df["family"] == "wiggle"].reset_index(drop=True))
 
 
 def test_bad_arguments():

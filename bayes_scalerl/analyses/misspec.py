@@ -34,6 +34,17 @@ Families (:data:`FAMILIES`; ``x = log C``, ``s(z) = 1 / (1 + exp(-z))``, every c
     falling sigmoid of slope 2-4 centred at 0.3-1 times the final budget, where the rise is
     at least 99% done): a hump, then a decline that continues beyond the budget.
 
+Held-out families (:data:`HELD_OUT_FAMILIES`, not in :data:`FAMILIES`: no setting of the
+package was chosen on them, and the default benchmark leaves them out; name them to score
+a method on a shape it was not tuned to):
+
+``jump``
+    A sigmoid plus a step up of 0.02-0.06 when a setting changes mid-run (a learning-rate
+    or length schedule, a data switch): a steep rise ``J s(b_j (x - log C_j))``, ``b_j``
+    8-20 (10-90% of the step within a factor 1.3-1.7 of compute), at ``C_j`` log-uniform
+    on 0.1-1 times the final budget, so the step falls inside some fit windows and after
+    others; the ceiling is ``A + J``.
+
 Evaluation noise (:data:`NOISES`): ``iid`` Gaussian (sd 0.008-0.02), ``ar1`` (the same
 marginal sd, lag-one correlation 0.5-0.8 between consecutive evaluations) and ``binomial``
 (the mean of ``n_eval`` graded generations, 500-2000, log-uniform; an ``n_eval`` column).
@@ -68,6 +79,7 @@ from scipy.special import expit, logit
 
 __all__ = [
     "FAMILIES",
+    "HELD_OUT_FAMILIES",
     "RISING_FAMILIES",
     "NOISES",
     "PARAM_COLUMNS",
@@ -86,8 +98,10 @@ __all__ = [
 
 #: Truth-curve families, the well-specified control first.
 FAMILIES = ("sigmoid", "creep", "double", "power", "exponential", "wiggle", "drift")
+#: Families kept out of :data:`FAMILIES` (and of every choice of a default): shapes to test on.
+HELD_OUT_FAMILIES = ("jump",)
 #: Families whose noise-free curve (without the smooth discrepancy) never decreases.
-RISING_FAMILIES = ("sigmoid", "creep", "double", "power", "exponential", "wiggle")
+RISING_FAMILIES = ("sigmoid", "creep", "double", "power", "exponential", "wiggle", "jump")
 #: Evaluation-noise models.
 NOISES = ("iid", "ar1", "binomial")
 #: Per-run parameter columns of :func:`draw_params` (NaN where a family does not use one).
@@ -112,6 +126,9 @@ PARAM_COLUMNS = (
     "drift_C",
     "wiggle_sd",
     "wiggle_ls",
+    "jump_J",
+    "jump_b",
+    "jump_C",
 )
 
 #: Taper of the smooth discrepancy: fully on from budget / 300 to budget * 1000 (in C).
@@ -135,8 +152,8 @@ def _rise(c: np.ndarray, slope: np.ndarray, centre: np.ndarray) -> np.ndarray:
 
 
 def _check_family(family: str) -> None:
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if family not in FAMILIES + HELD_OUT_FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES + HELD_OUT_FAMILIES}, got {family!r}")
 
 
 def _check_noise(noise: str) -> None:
@@ -161,7 +178,7 @@ def draw_params(
     rng : numpy.random.Generator
         Source of randomness (the only one).
     family : str
-        One of :data:`FAMILIES`.
+        One of :data:`FAMILIES` or :data:`HELD_OUT_FAMILIES`.
     n_runs : int
         Number of runs.
     budget : tuple of float
@@ -210,7 +227,7 @@ def draw_params(
     else:
         f_end = rng.uniform(0.70, 0.97, n)
     ceiling = A.copy()
-    if family in ("sigmoid", "creep", "wiggle", "drift"):
+    if family in ("sigmoid", "creep", "wiggle", "drift", "jump"):
         p["B"] = rng.uniform(1.5, 3.0, n) if family == "drift" else rng.uniform(1.0, 3.0, n)
         p["C_mid"] = cmax * np.exp(-logit(f_end) / p["B"])
     if family == "creep":
@@ -238,6 +255,11 @@ def draw_params(
         p["tau"] = cmax / (-np.log1p(-f_end)) ** (1.0 / p["k"])
     elif family == "wiggle":
         p["wiggle_sd"] = rng.uniform(0.01, 0.02, n)
+    elif family == "jump":
+        p["jump_J"] = rng.uniform(0.02, 0.06, n)
+        p["jump_b"] = rng.uniform(8.0, 20.0, n)
+        p["jump_C"] = cmax * _loguniform(rng, 0.1, 1.0, n)
+        ceiling = A + p["jump_J"]
     elif family == "drift":
         p["drift_E"] = np.minimum(rng.uniform(0.03, 0.08, n), 0.5 * (A - R0))
         p["drift_B"] = rng.uniform(2.0, 4.0, n)
@@ -323,6 +345,7 @@ def mean_curve(params: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
         power = A - (A - R0) * (1.0 + c / col["C0"]) ** (-col["alpha"])
         expo = R0 + (A - R0) * -np.expm1(-((c / col["tau"]) ** col["k"]))
         drift = sig - col["drift_E"] * _rise(c, col["drift_B"], col["drift_C"])
+        jump = sig + col["jump_J"] * _rise(c, col["jump_b"], col["jump_C"])
     by_family = {
         "sigmoid": sig,
         "wiggle": sig,
@@ -331,6 +354,7 @@ def mean_curve(params: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
         "power": power,
         "exponential": expo,
         "drift": drift,
+        "jump": jump,
     }
     for name, values in by_family.items():
         m = fam == name
@@ -342,8 +366,9 @@ def true_ceiling(params: pd.DataFrame) -> np.ndarray:
     """Each run's limit of the expected reward as compute goes to infinity.
 
     ``A`` for ``sigmoid``, ``double``, ``power``, ``exponential`` and ``wiggle`` (whose
-    discrepancy is tapered off), ``A + creep_D`` for ``creep`` and ``A - drift_E`` for
-    ``drift``; the ``true_ceiling`` column of :func:`draw_params`.
+    discrepancy is tapered off), ``A + creep_D`` for ``creep``, ``A - drift_E`` for
+    ``drift`` and ``A + jump_J`` for ``jump``; the ``true_ceiling`` column of
+    :func:`draw_params`.
 
     Parameters
     ----------
@@ -356,11 +381,13 @@ def true_ceiling(params: pd.DataFrame) -> np.ndarray:
     """
     fam = params["family"].to_numpy()
     A = params["A"].to_numpy(float)
-    return np.where(
-        fam == "creep",
-        A + params["creep_D"].to_numpy(float),
-        np.where(fam == "drift", A - params["drift_E"].to_numpy(float), A),
-    )
+    offset = {"creep": 1.0, "drift": -1.0, "jump": 1.0}
+    column = {"creep": "creep_D", "drift": "drift_E", "jump": "jump_J"}
+    out = A.copy()
+    for name, sign in offset.items():
+        m = fam == name
+        out[m] += sign * params[column[name]].to_numpy(float)[m]
+    return out
 
 
 def smooth_discrepancy(
@@ -581,7 +608,7 @@ def simulate_scenario(
     ----------
     rng : numpy.random.Generator
     family : str
-        One of :data:`FAMILIES`.
+        One of :data:`FAMILIES` or :data:`HELD_OUT_FAMILIES`.
     noise : str
         One of :data:`NOISES`.
     n_runs : int
@@ -623,7 +650,7 @@ def simulate_seed_pairs(
     rng : numpy.random.Generator
         Source of the noise (and of everything when ``truth_rng`` is not given).
     family, noise : str
-        One of :data:`FAMILIES` and of :data:`NOISES`.
+        One of :data:`FAMILIES` (or :data:`HELD_OUT_FAMILIES`) and of :data:`NOISES`.
     n_pairs : int
     discrepancy_sd : tuple of float
         Range of the seed-to-seed smooth discrepancy's sd (uniform); ``(0, 0)`` for none.
@@ -673,8 +700,9 @@ def simulate_benchmark(
     The runs of one family share their true curves (parameters, schedule and smooth
     discrepancy) across the noise models, so differences between noise models are the
     noise's. Each (family, noise) has its own generator seeded from ``(seed, family
-    index, noise index)`` in :data:`FAMILIES` / :data:`NOISES`, so a scenario's runs do
-    not change when other scenarios are added or left out.
+    index, noise index)`` (families indexed in :data:`FAMILIES` then
+    :data:`HELD_OUT_FAMILIES`, noises in :data:`NOISES`), so a scenario's runs do not
+    change when other scenarios are added or left out.
 
     Parameters
     ----------
@@ -700,7 +728,7 @@ def simulate_benchmark(
         _check_family(f)
     frames = []
     for family in families:
-        fi = FAMILIES.index(family)
+        fi = (FAMILIES + HELD_OUT_FAMILIES).index(family)
         for noise in noises:
             _check_noise(noise)
             ni = NOISES.index(noise)
