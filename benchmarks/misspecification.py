@@ -53,7 +53,13 @@ import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, simulate_benchmark
+from bayes_scalerl.analyses.misspec import (
+    FAMILIES,
+    HELD_OUT_FAMILIES,
+    HELD_OUT_NOISES,
+    NOISES,
+    simulate_benchmark,
+)
 
 __all__ = [
     "METHODS",
@@ -255,7 +261,7 @@ def _ordered(points: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
     """Points sorted by family, noise (in the simulator's order), horizon and method (as asked)."""
     key = {
         "family": lambda s: s.map({f: i for i, f in enumerate(FAMILIES + HELD_OUT_FAMILIES)}),
-        "noise": lambda s: s.map({n: i for i, n in enumerate(NOISES)}),
+        "noise": lambda s: s.map({n: i for i, n in enumerate(NOISES + HELD_OUT_NOISES)}),
         "method": lambda s: s.map({m: i for i, m in enumerate(methods)}),
     }
     return points.sort_values(
@@ -731,7 +737,9 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
     ap.add_argument(
         "--families", default=",".join(FAMILIES), help=f"comma-separated; also held out: {HELD_OUT_FAMILIES}"
     )
-    ap.add_argument("--noises", default=",".join(NOISES))
+    ap.add_argument(
+        "--noises", default=",".join(NOISES), help=f"comma-separated; also held out: {HELD_OUT_NOISES}"
+    )
     ap.add_argument("--n-evals", type=int, default=48)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=500)

@@ -31,7 +31,7 @@ def _benchmark_module():
 
 # ---------------------------------------------------------------------- generators
 @pytest.mark.parametrize("family", ALL_FAMILIES)
-@pytest.mark.parametrize("noise", ms.NOISES)
+@pytest.mark.parametrize("noise", ms.NOISES + ms.HELD_OUT_NOISES)
 def test_scenario_deterministic_columns_and_schedule(family, noise):
     a = ms.simulate_scenario(np.random.default_rng(7), family, noise, 5, n_evals=20)
     b = ms.simulate_scenario(np.random.default_rng(7), family, noise, 5, n_evals=20)
@@ -155,6 +155,15 @@ def test_noise_models_moments():
     assert np.corrcoef(e[:, 1:].ravel(), e[:, :-1].ravel())[0, 1] == pytest.approx(0.7, abs=0.03)
     params = ms.draw_noise_params(rng, "ar1", 100)
     assert params["rho"].between(0.5, 0.8).all() and params["sigma"].between(0.008, 0.02).all()
+    # outlier (held out): iid noise, and 3% of the evaluations after the first lose 0.05-0.20.
+    # Losses beyond 0.05 are outliers (the Gaussian part reaches 0.05 = 3.3 sd with p ~ 4e-4);
+    # their share over 23,600 evaluations has se sqrt(0.03 * 0.97 / 23600) ~ 0.0011: allow 0.005.
+    e = ms.evaluation_noise(rng, mu, "outlier", sigma=sigma) - 0.3
+    assert np.all(e[:, 0] > -0.05)  # the first evaluation, which sets R0, is spared
+    out = e[:, 1:] < -0.05
+    assert abs(out.mean() - ms.OUTLIER_RATE) < 0.005
+    assert e[:, 1:][out].min() > -0.20 - 5 * 0.015
+    assert e[:, 1:][~out].std() / 0.015 == pytest.approx(1.0, abs=0.05)
 
 
 def test_seed_pairs_share_truth_not_luck():
@@ -211,6 +220,7 @@ def test_bad_arguments():
         ms.draw_params(rng, "logistic", 3)
     with pytest.raises(ValueError, match="noise"):
         ms.draw_noise_params(rng, "poisson", 3)
+    assert "outlier" not in ms.NOISES  # held out of the default benchmark
     with pytest.raises(ValueError, match="n_evals"):
         ms.draw_params(rng, "sigmoid", 3, n_evals=4)
 

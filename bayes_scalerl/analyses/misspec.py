@@ -41,13 +41,16 @@ a method on a shape it was not tuned to):
 ``jump``
     A sigmoid plus a step up of 0.02-0.06 when a setting changes mid-run (a learning-rate
     or length schedule, a data switch): a steep rise ``J s(b_j (x - log C_j))``, ``b_j``
-    8-20 (10-90% of the step within a factor 1.3-1.7 of compute), at ``C_j`` log-uniform
+    8-20 (10-90% of the step within a factor 1.25-1.75 of compute), at ``C_j`` log-uniform
     on 0.1-1 times the final budget, so the step falls inside some fit windows and after
     others; the ceiling is ``A + J``.
 
 Evaluation noise (:data:`NOISES`): ``iid`` Gaussian (sd 0.008-0.02), ``ar1`` (the same
 marginal sd, lag-one correlation 0.5-0.8 between consecutive evaluations) and ``binomial``
 (the mean of ``n_eval`` graded generations, 500-2000, log-uniform; an ``n_eval`` column).
+Held out (:data:`HELD_OUT_NOISES`): ``outlier``, ``iid`` noise plus, in 3% of the
+evaluations after the first, a further loss of 0.05-0.20 (a failed or truncated
+evaluation, a bad checkpoint).
 
 Every run has a final budget of 8k-64k GPU-hours (log-uniform), ``R0`` 0.10-0.45 and a
 ceiling of 0.45-0.8 (the creep's far-away limit goes up to 0.9). Evaluations are evenly
@@ -82,6 +85,7 @@ __all__ = [
     "HELD_OUT_FAMILIES",
     "RISING_FAMILIES",
     "NOISES",
+    "HELD_OUT_NOISES",
     "PARAM_COLUMNS",
     "draw_params",
     "eval_schedule",
@@ -104,6 +108,10 @@ HELD_OUT_FAMILIES = ("jump",)
 RISING_FAMILIES = ("sigmoid", "creep", "double", "power", "exponential", "wiggle", "jump")
 #: Evaluation-noise models.
 NOISES = ("iid", "ar1", "binomial")
+#: Evaluation-noise models kept out of :data:`NOISES` (and of every choice of a default).
+HELD_OUT_NOISES = ("outlier",)
+#: Share of evaluations (after the first) that an ``outlier`` run loses, and the range of the loss.
+OUTLIER_RATE, OUTLIER_DROP = 0.03, (0.05, 0.20)
 #: Per-run parameter columns of :func:`draw_params` (NaN where a family does not use one).
 PARAM_COLUMNS = (
     "A",
@@ -157,8 +165,8 @@ def _check_family(family: str) -> None:
 
 
 def _check_noise(noise: str) -> None:
-    if noise not in NOISES:
-        raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+    if noise not in NOISES + HELD_OUT_NOISES:
+        raise ValueError(f"noise must be one of {NOISES + HELD_OUT_NOISES}, got {noise!r}")
 
 
 # ---------------------------------------------------------------------- truth
@@ -448,13 +456,13 @@ def draw_noise_params(rng: np.random.Generator, noise: str, n_runs: int) -> pd.D
     Parameters
     ----------
     rng : numpy.random.Generator
-    noise : {"iid", "ar1", "binomial"}
+    noise : {"iid", "ar1", "binomial", "outlier"}
     n_runs : int
 
     Returns
     -------
     pandas.DataFrame
-        ``noise, sigma, rho, n_eval``: ``sigma`` 0.008-0.02 (``iid`` and ``ar1``), ``rho``
+        ``noise, sigma, rho, n_eval``: ``sigma`` 0.008-0.02 (``iid``, ``ar1``, ``outlier``), ``rho``
         0.5-0.8 (``ar1``; else 0), ``n_eval`` 500-2000 log-uniform integers (``binomial``;
         else NaN). Unused values are NaN.
     """
@@ -482,11 +490,14 @@ def evaluation_noise(
     rng : numpy.random.Generator
     mu : ndarray, shape (run, q)
         Expected reward of each evaluation (consecutive evaluations along the last axis).
-    noise : {"iid", "ar1", "binomial"}
+    noise : {"iid", "ar1", "binomial", "outlier"}
         ``iid``: ``mu + sigma e``, ``e`` standard normal. ``ar1``: the same with
         ``e_j = rho e_{j-1} + sqrt(1 - rho^2) z_j`` (stationary, marginal sd ``sigma``).
         ``binomial``: ``Binomial(n_eval, mu) / n_eval``, the mean of ``n_eval`` graded
-        generations (variance ``mu (1 - mu) / n_eval``).
+        generations (variance ``mu (1 - mu) / n_eval``). ``outlier`` (held out): ``iid``,
+        and each evaluation after the first independently, with probability
+        :data:`OUTLIER_RATE`, loses a further 0.05-0.20 (a failed or truncated evaluation,
+        a bad checkpoint).
     sigma, rho, n_eval : ndarray, shape (run,), optional
         Per-run noise parameters (as from :func:`draw_noise_params`).
 
@@ -506,6 +517,11 @@ def evaluation_noise(
     if sigma is None:
         raise ValueError(f"{noise} noise needs sigma")
     e = rng.standard_normal((n, q))
+    if noise == "outlier":
+        hit = rng.random((n, q)) < OUTLIER_RATE
+        hit[:, 0] = False  # the first evaluation sets R0
+        drop = np.where(hit, rng.uniform(*OUTLIER_DROP, (n, q)), 0.0)
+        return np.clip(mu + np.asarray(sigma, float)[:, None] * e - drop, 0.0, 1.0)
     if noise == "ar1":
         if rho is None:
             raise ValueError("ar1 noise needs rho")
@@ -701,8 +717,8 @@ def simulate_benchmark(
     discrepancy) across the noise models, so differences between noise models are the
     noise's. Each (family, noise) has its own generator seeded from ``(seed, family
     index, noise index)`` (families indexed in :data:`FAMILIES` then
-    :data:`HELD_OUT_FAMILIES`, noises in :data:`NOISES`), so a scenario's runs do not
-    change when other scenarios are added or left out.
+    :data:`HELD_OUT_FAMILIES`, noises in :data:`NOISES` then :data:`HELD_OUT_NOISES`), so
+    a scenario's runs do not change when other scenarios are added or left out.
 
     Parameters
     ----------
@@ -731,7 +747,7 @@ def simulate_benchmark(
         fi = (FAMILIES + HELD_OUT_FAMILIES).index(family)
         for noise in noises:
             _check_noise(noise)
-            ni = NOISES.index(noise)
+            ni = (NOISES + HELD_OUT_NOISES).index(noise)
             trng = np.random.default_rng([seed, fi, 1])  # same state for every noise model
             params = draw_params(
                 trng, family, runs_per_scenario, budget=budget, n_evals=n_evals, prefix=f"{family}/{noise}"
