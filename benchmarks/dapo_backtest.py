@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shlex
@@ -45,11 +46,19 @@ def run(
     priors: bs.Priors | None = None,
     discrepancy: bs.Discrepancy | None = None,
     metric: Sequence[str] = (METRIC,),
+    model: str = "independent",
 ) -> pd.DataFrame:
-    """Scores of every method at every fraction (one row per fraction and method)."""
+    """Scores of every method at every fraction (one row per fraction and method).
+
+    ``model="hierarchical"`` pools every curve as its own recipe (one population: the
+    verl reader's recipe is the curve, but one training run's several metrics share it).
+    """
     runs = bs.read_any(data, format="verl", metric=list(metric), gpus=gpus)
-    rows, by_task, identified, refitted = [], [], [], []
-    kw = {"progress": False} | ({"priors": priors} if priors is not None else {})
+    if model == "hierarchical":
+        table = runs.table.drop(columns=[c for c in ("training_run",) if c in runs.table.columns])
+        runs = dataclasses.replace(runs, table=table.assign(recipe=table["run"]))
+    rows, by_task, identified, refitted, converged = [], [], [], [], []
+    kw = {"progress": False, "model": model} | ({"priors": priors} if priors is not None else {})
     if discrepancy is not None:
         kw["discrepancy"] = discrepancy
     for f in fractions:
@@ -61,10 +70,13 @@ def run(
         by_task.append(_by_task(bt.points).assign(fraction=f))
         identified.append(_identified(bt).assign(fraction=f))
         refitted.append(_refitted(bt).assign(fraction=f))
+        diag = bt.fit.diagnostics()
+        converged.append((f, int(diag["converged"].sum()), len(diag)))
     out = pd.concat(rows, ignore_index=True)
     out.attrs["by_task"] = pd.concat(by_task, ignore_index=True)
     out.attrs["identified"] = pd.concat(identified, ignore_index=True)
     out.attrs["refitted"] = pd.concat(refitted, ignore_index=True)
+    out.attrs["converged"] = converged
     return out
 
 
@@ -185,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         default=None,
         help=f"metric pattern(s) to read, repeatable (default {METRIC!r}, the issue's 42 curves)",
     )
+    p.add_argument(
+        "--model",
+        choices=("independent", "hierarchical"),
+        default="independent",
+        help="the `bayes` fit's model (hierarchical: every curve its own recipe, pooled as one population)",
+    )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
@@ -202,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             r = tuple(float(x) for x in a.ratio.split(","))
             kw["ratio"] = r[0] if len(r) == 1 else r
         disc = bs.Discrepancy(**kw)
-    scores = run(a.data, fractions, a.gpus, a.seed, priors, disc, a.metric or (METRIC,))
+    scores = run(a.data, fractions, a.gpus, a.seed, priors, disc, a.metric or (METRIC,), a.model)
     import jax
     import numpyro
 
@@ -220,14 +238,17 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         f"Metric(s) {', '.join(f'`{m}`' for m in (a.metric or (METRIC,)))} of every verl log "
         f"(GPU-hours = wall hours x {a.gpus:g}); each curve fitted on "
         "compute <= fraction x its largest compute (4 chains x 500 + 500), every later evaluation scored. "
-        f"`bayes`: the fit's predictive (likelihood {a.likelihood}"
+        f"`bayes`: the fit's predictive ({'hierarchical model, ' if a.model == 'hierarchical' else ''}"
+        f"likelihood {a.likelihood}"
         + (f", rho {a.rho}" if a.likelihood == "ar1" else "")
         + f", R0 {'fitted' if a.r0 == 'fitted' else 'the first evaluation'}"
         + ", calibrated discrepancy"
         + (f", refit ratio {a.ratio}" if a.ratio else "")
         + ({"yes": ", each run's own scales", "no": ", the batch's scales"}.get(a.per_run or "", ""))
         + "); `gaussian`: version 0.1's default (exact sigmoid, independent "
-        "Gaussian noise), fitted beside it; `ls`: the paper's least-squares point fit; "
+        "Gaussian noise"
+        + (", with the same hierarchical pooling" if a.model == "hierarchical" else "")
+        + "), fitted beside it; `ls`: the paper's least-squares point fit; "
         "`boot`: its residual bootstrap.",
         "",
     ]
@@ -265,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     ]
     for _, r in scores.attrs["refitted"].iterrows():
         ident_lines.append(_split_line(r))
-    text = "\n".join([*header, *_table(scores), "", *task_lines, *ident_lines, ""])
+    conv = ", ".join(f"{k} of {n} at {f:g}" for f, k, n in scores.attrs["converged"])
+    conv_line = f"Runs of the `bayes` fit that passed the package's convergence check: {conv}."
+    text = "\n".join([*header, *_table(scores), "", conv_line, "", *task_lines, *ident_lines, ""])
     print(text)
     if a.out is not None:
         with atomic_file(a.out) as tmp:  # a failed write leaves the old table
