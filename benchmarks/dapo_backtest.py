@@ -138,10 +138,15 @@ def _by_task(points: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()
 
 
-def _split_line(r: pd.Series) -> str:
-    return f"| {r['fraction']:g} | {r['runs']} | {r['n_runs']} | {r['n_points']} | " + (
-        "- | - |" if r["n_points"] == 0 else f"{r['coverage90']:.3f} | {r['crps']:.4f} |"
-    )
+def _split_section(title: str, df: pd.DataFrame) -> list[str]:
+    """A table of :func:`_split`'s rows (all fractions) under ``title``."""
+    lines = ["", title, "", "| fraction | runs | curves | points | coverage90 | CRPS |", "|---" * 6 + "|"]
+    for _, r in df.iterrows():
+        lines.append(
+            f"| {r['fraction']:g} | {r['runs']} | {r['n_runs']} | {r['n_points']} | "
+            + ("- | - |" if r["n_points"] == 0 else f"{r['coverage90']:.3f} | {r['crps']:.4f} |")
+        )
+    return lines
 
 
 def _table(df: pd.DataFrame) -> list[str]:
@@ -266,26 +271,15 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             f"{r['coverage90_bayes']:.3f} | {r['coverage90_gaussian']:.3f} | "
             f"{r['crps_bayes']:.4f} | {r['crps_gaussian']:.4f} |"
         )
-    ident_lines = [
-        "",
+    ident_lines = _split_section(
         "The `bayes` band on runs whose `A` was called identified at the cut "
         "(`bs.identifiability`) and on the rest:",
-        "",
-        "| fraction | runs | curves | points | coverage90 | CRPS |",
-        "|---|---|---|---|---|---|",
-    ]
-    for _, r in scores.attrs["identified"].iterrows():
-        ident_lines.append(_split_line(r))
-    ident_lines += [
-        "",
+        scores.attrs["identified"],
+    ) + _split_section(
         "The `bayes` band on runs long enough for the discrepancy's own leave-future-out refit, "
         "and on the runs that draw the batch's scales (the shortest windows):",
-        "",
-        "| fraction | runs | curves | points | coverage90 | CRPS |",
-        "|---|---|---|---|---|---|",
-    ]
-    for _, r in scores.attrs["refitted"].iterrows():
-        ident_lines.append(_split_line(r))
+        scores.attrs["refitted"],
+    )
     conv = ", ".join(f"{k} of {n} at {f:g}" for f, k, n in scores.attrs["converged"])
     conv_line = f"Runs of the `bayes` fit that passed the package's convergence check: {conv}."
     text = "\n".join([*header, *_table(scores), "", conv_line, "", *task_lines, *ident_lines, ""])
