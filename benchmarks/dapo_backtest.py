@@ -57,7 +57,7 @@ def run(
     if model == "hierarchical":
         table = runs.table.drop(columns=[c for c in ("training_run",) if c in runs.table.columns])
         runs = dataclasses.replace(runs, table=table.assign(recipe=table["run"]))
-    rows, by_task, identified, refitted, converged = [], [], [], [], []
+    rows, by_task, identified, refitted, converged, chains = [], [], [], [], [], []
     kw = {"progress": False, "model": model} | ({"priors": priors} if priors is not None else {})
     if discrepancy is not None:
         kw["discrepancy"] = discrepancy
@@ -72,11 +72,13 @@ def run(
         refitted.append(_refitted(bt).assign(fraction=f))
         diag = bt.fit.diagnostics()
         converged.append((f, int(diag["converged"].sum()), len(diag)))
+        chains.append(bt.by_chain().assign(fraction=f))
     out = pd.concat(rows, ignore_index=True)
     out.attrs["by_task"] = pd.concat(by_task, ignore_index=True)
     out.attrs["identified"] = pd.concat(identified, ignore_index=True)
     out.attrs["refitted"] = pd.concat(refitted, ignore_index=True)
     out.attrs["converged"] = converged
+    out.attrs["by_chain"] = pd.concat(chains, ignore_index=True)
     return out
 
 
@@ -197,6 +199,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         help="draw each run's discrepancy scales from its own refit's errors (default: bs.Discrepancy()'s)",
     )
     p.add_argument(
+        "--pooled-refit",
+        choices=("yes", "no"),
+        default=None,
+        help="with --model hierarchical, the discrepancy's refit pooled too (default: bs.Discrepancy()'s)",
+    )
+    p.add_argument(
         "--metric",
         action="append",
         default=None,
@@ -219,8 +227,10 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     )
     t0 = time.perf_counter()
     disc = None
-    if a.ratio or a.per_run:
+    if a.ratio or a.per_run or a.pooled_refit:
         kw = {} if a.per_run is None else {"per_run": a.per_run == "yes"}
+        if a.pooled_refit is not None:
+            kw["pooled_refit"] = a.pooled_refit == "yes"
         if a.ratio:
             r = tuple(float(x) for x in a.ratio.split(","))
             kw["ratio"] = r[0] if len(r) == 1 else r
@@ -250,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + ", calibrated discrepancy"
         + (f", refit ratio {a.ratio}" if a.ratio else "")
         + ({"yes": ", each run's own scales", "no": ", the batch's scales"}.get(a.per_run or "", ""))
+        + ({"yes": ", its refit pooled", "no": ", its refit independent"}.get(a.pooled_refit or "", ""))
         + "); `gaussian`: version 0.1's default (exact sigmoid, independent "
         "Gaussian noise"
         + (", with the same hierarchical pooling" if a.model == "hierarchical" else "")
@@ -282,7 +293,21 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     )
     conv = ", ".join(f"{k} of {n} at {f:g}" for f, k, n in scores.attrs["converged"])
     conv_line = f"Runs of the `bayes` fit that passed the package's convergence check: {conv}."
-    text = "\n".join([*header, *_table(scores), "", conv_line, "", *task_lines, *ident_lines, ""])
+    chain_lines = [
+        "",
+        "The `bayes` band chain by chain (`Backtest.by_chain`): where the chains fail the "
+        "convergence check, whether they disagree about the forecast or only about the ceiling:",
+        "",
+        "| fraction | chain | coverage90 | width90 | CRPS | median A |",
+        "|---|---|---|---|---|---|",
+    ] + [
+        f"| {r['fraction']:g} | {int(r['chain'])} | {r['coverage90']:.3f} | {r['width90']:.3f} | "
+        f"{r['crps']:.4f} | {r['A_median']:.3f} |"
+        for _, r in scores.attrs["by_chain"].iterrows()
+    ]
+    text = "\n".join(
+        [*header, *_table(scores), "", conv_line, "", *task_lines, *ident_lines, *chain_lines, ""]
+    )
     print(text)
     if a.out is not None:
         with atomic_file(a.out) as tmp:  # a failed write leaves the old table

@@ -16,6 +16,7 @@ Stochastic tolerances, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from scipy import stats
 
 import bayes_scalerl as bs
@@ -34,6 +36,7 @@ from bayes_scalerl.analyses.scoring import (
     interval_coverage,
     median_abs_error,
 )
+from bayes_scalerl.posterior.results import FitResult
 from tests.conftest import QUICK
 
 N_RUNS = 15  # simulated runs with known truth (+1 too short to fit): one group of 16 in the sampler
@@ -316,3 +319,31 @@ def test_backtest_on_the_dapo_curves():
     # predictive distribution must beat the point prediction on CRPS
     assert abs(s.loc["bayes", "coverage90"] - 0.90) <= 3 * math.sqrt(0.09 / (3 * 20))
     assert s.loc["bayes", "crps"] < s.loc["ls", "crps"]
+
+
+def test_by_chain_scores_each_chains_draws(sim_backtest):
+    """Each row is its own chain's part of the band: moving one chain moves only its row."""
+    _, _, bt = sim_backtest
+    rows = bt.by_chain()
+    print(rows.to_string())
+    n_chain = bt.fit.dt["posterior"].sizes["chain"]
+    assert list(rows["chain"]) == list(range(n_chain))
+    assert (rows["n_points"] == (bt.points["method"] == "bayes").sum()).all()
+    bayes = bt.scores.set_index("method").loc["bayes"]
+    # the chains share one posterior here (the fit converged): a chain's band differs from the whole's
+    # by the Monte Carlo error of its 5% and 95% quantiles, each of probability sd sqrt(0.05 0.95 / draws);
+    # three of those sds of both tails, as if every point's quantile erred the same way (= 0.053)
+    draws = bt.fit.dt["posterior"].sizes["draw"]
+    tol = 3 * math.sqrt(2 * 0.05 * 0.95 / draws)
+    assert (abs(rows["coverage90"] - bayes["coverage90"]) <= tol).all()
+    # chain 1's ceilings raised by 0.3: its forecasts move up, chain 0's row is unchanged to the bit
+    dt = bt.fit.dt.copy(deep=True)
+    post = dt["posterior"].to_dataset()
+    a = post["A"].values.copy()
+    a[1] += 0.3
+    dt["posterior"] = xr.DataTree(post.assign(A=(post["A"].dims, a)))
+    moved = dataclasses.replace(bt, fit=FitResult(dt)).by_chain()
+    pd.testing.assert_series_equal(moved.iloc[0], rows.iloc[0])
+    assert moved.loc[1, "A_median"] == pytest.approx(rows.loc[1, "A_median"] + 0.3)
+    assert moved.loc[1, "crps"] > rows.loc[1, "crps"] + 0.05
+    assert moved.loc[1, "coverage90"] < rows.loc[1, "coverage90"] - 0.3

@@ -134,6 +134,8 @@ def test_bad_settings_are_refused():
         Discrepancy(ratio=1.0)
     with pytest.raises(ValueError, match="per_run must be True or False"):
         Discrepancy(per_run="no")
+    with pytest.raises(ValueError, match="pooled_refit must be True or False"):
+        Discrepancy(pooled_refit=1)
     with pytest.raises(ValueError, match="horizon"):
         Discrepancy(horizon=0.0)
 

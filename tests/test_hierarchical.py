@@ -377,6 +377,44 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
     assert len(t) == len(names) and t["p_reachable"].between(0, 1).all()
 
 
+def test_pooled_refit_calibrates_against_the_pooled_model(study, hier_fit, monkeypatch):
+    """``Discrepancy(pooled_refit=True)``: the leave-future-out refit is a hierarchical fit of
+    the refitted runs with their recipes (one view of each run), the pooled draws are the
+    same, and only the scales learnt from the refit change."""
+    from bayes_scalerl.posterior import fitting
+
+    calls = []
+    real = fitting.sample_two_stage
+
+    def spy(key, window, idx, *args, **kwargs):
+        calls.append(idx)
+        return real(key, window, idx, *args, **kwargs)
+
+    monkeypatch.setattr(fitting, "sample_two_stage", spy)
+    pooled = bs.fit(
+        study[1],
+        min_compute=1500,
+        model="hierarchical",
+        seed=3,
+        discrepancy=bs.Discrepancy(pooled_refit=True),
+        **QUICK,
+    )
+    assert len(calls) == 2  # the fit, then its refit
+    refit_idx = calls[1]
+    assert sorted(refit_idx.recipes) == sorted(f"0/{r}" for r in calls[0].recipes)
+    assert np.bincount(refit_idx.curve_recipe).tolist() == [3] * 6  # the seeds pooled as in the fit
+    assert all(r.startswith("0/") for r in refit_idx.training_runs)
+    post, ref = pooled.dt["posterior"], hier_fit.dt["posterior"]
+    for name in ("B", "C_mid", "A_recipe_sd"):
+        np.testing.assert_array_equal(post[name].values, ref[name].values)
+    np.testing.assert_allclose(
+        (post["A"] - post["delta"]).values, (ref["A"] - ref["delta"]).values, atol=1e-12
+    )
+    cd, cd_ref = pooled.dt["constant_data"], hier_fit.dt["constant_data"]
+    assert not np.allclose(cd["discrepancy_tau"].values, cd_ref["discrepancy_tau"].values)
+    assert pooled.settings["discrepancy"]["pooled_refit"] is True
+
+
 def _pool_inputs(runs):
     """Stage-2 inputs of ``runs`` from a short independent fit (the pooled sampler's input)."""
     from bayes_scalerl.models.hierarchical import HierPriors

@@ -321,6 +321,45 @@ class Backtest:
             parts.append(sub[list(cols)].add_prefix(f"{method}_"))
         return pd.concat(parts, axis=1)
 
+    def by_chain(self) -> pd.DataFrame:
+        """The ``bayes`` band scored on each chain's draws alone.
+
+        When a fit's chains do not mix (R-hat above 1.01), this tells whether they disagree
+        about the forecast or only about something it does not depend on: chains held in
+        different regions of a weakly identified posterior (far-apart ceilings of runs
+        whose windows end early, say) can give the same bands over the scored horizon.
+        Each chain's draws get the observation noise that they get in :attr:`points`
+        (the same seed), so the chains' rows are parts of the ``bayes`` band itself.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per chain: ``chain, n_points, coverage50, coverage90, width90, crps``
+            (as in :attr:`scores`) and ``A_median`` (the median over runs of the chain's
+            posterior median of ``A``).
+        """
+        pts = self.points[self.points["method"] == "bayes"].reset_index(drop=True)
+        scored = list(dict.fromkeys(pts["run"]))
+        draws = _bayes_draws(self.fit, pts, scored, int(self.settings["seed"]))  # point, chain * draw
+        n_chain = int(self.fit.dt["posterior"].sizes["chain"])
+        y = pts["reward"].to_numpy(float)
+        a_med = self.fit.dt["posterior"]["A"].sel(run=scored).median("draw").median("run").values
+        rows = []
+        for c, block in enumerate(np.split(draws, n_chain, axis=1)):
+            s = _score_draws(block, y)
+            rows.append(
+                {
+                    "chain": c,
+                    "n_points": len(y),
+                    "coverage50": float(np.mean(s["covered50"])),
+                    "coverage90": float(np.mean(s["covered90"])),
+                    "width90": float(np.mean(s["q95"] - s["q05"])),
+                    "crps": float(np.mean(s["crps"])),
+                    "A_median": float(a_med[c]),
+                }
+            )
+        return pd.DataFrame(rows)
+
     def write(self, out_dir: str | os.PathLike) -> Path:
         """Write ``backtest.csv`` (:meth:`wide`) and ``scores.csv`` into ``out_dir`` atomically.
 

@@ -76,6 +76,11 @@ class Discrepancy:
         Draw each run's scales from its own posterior (its leave-future-out errors, the
         batch's distribution as prior); ``False`` draws every run's from the batch's
         distribution.
+    pooled_refit : bool
+        In a hierarchical fit, refit with the hierarchical model (the refitted runs pooled
+        as the fit's are), so that the scales measure the errors of the predictive they
+        are added to; ``False`` (default) refits every run independently, as the
+        independent fit does. No effect on an independent fit.
     """
 
     horizon: float = math.log(10.0)
@@ -84,6 +89,7 @@ class Discrepancy:
     prior_scale: float = 0.01
     prior_weight: float = 1.0
     per_run: bool = True
+    pooled_refit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("horizon", "run_weight", "prior_scale", "prior_weight"):
@@ -93,6 +99,9 @@ class Discrepancy:
         if not isinstance(self.per_run, bool | np.bool_):
             raise ValueError(f"Discrepancy: per_run must be True or False, got {self.per_run!r}.")
         object.__setattr__(self, "per_run", bool(self.per_run))
+        if not isinstance(self.pooled_refit, bool | np.bool_):
+            raise ValueError(f"Discrepancy: pooled_refit must be True or False, got {self.pooled_refit!r}.")
+        object.__setattr__(self, "pooled_refit", bool(self.pooled_refit))
         raw = self.ratio
         try:
             ratios = tuple(float(r) for r in (raw if isinstance(raw, list | tuple) else (raw,)))

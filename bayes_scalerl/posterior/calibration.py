@@ -11,6 +11,7 @@ errors into each run's discrepancy scale and draws the ceiling offsets ``Delta``
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -133,6 +134,7 @@ def calibrate(
     min_compute: float | None,
     shape: tuple[int, int],
     sample_kwargs: dict[str, Any],
+    refit: Callable[[jax.Array, Runs, Any], dict] | None = None,
 ) -> Calibration:
     """Refit, score and pool (see the module docstring).
 
@@ -153,6 +155,12 @@ def calibrate(
         (chains, draws) of the main fit.
     sample_kwargs : dict
         Engine options of the main fit (chunk size, devices, executor, ...).
+    refit : callable, optional
+        ``refit(key, inner_runs, inner_window)``: the refit's draws, ``{name: (run, chain,
+        draw)}`` for the model's variables, from the model the discrepancy is added to.
+        Default: every refitted run's independent fit on the engine. The hierarchical fit
+        passes its pooled sampler, so that the scales measure the errors of the pooled
+        predictive (narrower where pooling narrows it), not of the independent one.
     """
     n_runs = window.R0.shape[0]
     priors = model.priors
@@ -184,7 +192,10 @@ def calibrate(
             iw = iw._replace(ou=np.asarray(window.ou)[rows])
         key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
         # the refit's draws only: its sampler statistics would double the memory
-        draws = sample_window(key, iw, model, config, keep=tuple(model.var_names), **sample_kwargs)
+        if refit is None:
+            draws = sample_window(key, iw, model, config, keep=tuple(model.var_names), **sample_kwargs)
+        else:
+            draws = refit(key, inner_runs, iw)
         names = inner_runs.names
         sizes = held.groupby("run", sort=False).size().reindex(names).to_numpy()
         width = int(sizes.max())

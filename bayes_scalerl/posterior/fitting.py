@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -319,6 +320,13 @@ def fit(
         fitted_post = post
         constants = {"retried": hf["retried"]}
         if discrepancy is not None:
+            refit = None
+            if discrepancy.pooled_refit:
+                pool_kw = {**engine_kw, "retry": retry}
+
+                def refit(key, inner_runs, inner_window, ckpt):
+                    return _pooled_refit(key, inner_runs, inner_window, hp, model_obj, config, pool_kw, ckpt)
+
             cal = _calibrate(
                 runs,
                 window,
@@ -330,6 +338,7 @@ def fit(
                 samples,
                 engine_kw,
                 checkpoint_dir,
+                refit,
             )
             post, constants = _with_offsets(post, constants, cal)
             extra |= _recipe_offsets(extra, cal, idx)
@@ -396,10 +405,26 @@ def fit(
 
 
 def _calibrate(
-    runs, window, model_obj, config, seed, discrepancy, min_compute, samples, engine_kw, checkpoint_dir
+    runs,
+    window,
+    model_obj,
+    config,
+    seed,
+    discrepancy,
+    min_compute,
+    samples,
+    engine_kw,
+    checkpoint_dir,
+    refit=None,
 ):
-    """:func:`calibrate` with the main fit's settings (its refit checkpointed beside the fit's)."""
+    """:func:`calibrate` with the main fit's settings (its refit checkpointed beside the fit's).
+
+    ``refit(key, inner_runs, inner_window, checkpoint_dir)``, when given, samples the refit
+    (the hierarchical fit's pooled refit, :func:`_pooled_refit`).
+    """
     inner_ckpt = None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "calibration")
+    if refit is not None:
+        refit = functools.partial(refit, ckpt=inner_ckpt)
     with runtime.phase("calibrate"):
         return calibrate(
             runs,
@@ -411,7 +436,25 @@ def _calibrate(
             min_compute=min_compute,
             shape=(config.chains, int(samples)),
             sample_kwargs={**engine_kw, "checkpoint_dir": inner_ckpt},
+            refit=refit,
         )
+
+
+def _pooled_refit(key, inner_runs: Runs, inner_window, hp, model_obj, config, pool_kw, ckpt) -> dict:
+    """The hierarchical model's draws of the discrepancy's leave-future-out refit.
+
+    The refitted runs keep their recipes and training runs; each ratio's refits
+    (``"k/..."`` run names) are recipes and training runs of their own, so that two views
+    of one run are not pooled as two seeds.
+    """
+    table = inner_runs.table
+    view = table["run"].astype(str).str.split("/", n=1).str[0] + "/"
+    levels = {c: view + table[c].astype(str) for c in ("recipe", "training_run") if c in table.columns}
+    inner = dataclasses.replace(inner_runs, table=table.assign(**levels))
+    hf = sample_two_stage(
+        key, inner_window, hierarchy_index(inner), hp, model_obj, config, pool_kw | {"checkpoint_dir": ckpt}
+    )
+    return hf["post"]
 
 
 def _with_offsets(post: dict, constants: dict, cal) -> tuple[dict, dict]:
