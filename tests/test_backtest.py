@@ -249,7 +249,9 @@ def test_run_with_too_few_points_is_skipped_with_a_note(sim_backtest):
 def test_write_files(sim_backtest, tmp_path):
     _, _, bt = sim_backtest
     out = bt.write(tmp_path / "bt")
-    assert sorted(p.name for p in out.iterdir()) == ["backtest.csv", "scores.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["backtest.csv", "chains.csv", "scores.csv"]
+    chains = pd.read_csv(out / "chains.csv")
+    pd.testing.assert_frame_equal(chains, bt.by_chain(), check_dtype=False)
     scores = pd.read_csv(out / "scores.csv")
     assert scores["method"].iloc[0] == "bayes" and "coverage90" in scores.columns
     wide = pd.read_csv(out / "backtest.csv")

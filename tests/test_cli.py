@@ -262,7 +262,9 @@ def test_backtest_and_identify_commands(tmp_path, capsys):
     assert list(scores.method) == ["bayes", "gaussian", "ls", "boot"]  # version 0.1's model beside
     points = pd.read_csv(bt / "backtest.csv")
     assert len(points) == scores.n_points.iloc[0] and (points.compute > 8000).all()
-    assert "CRPS" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "CRPS" in out and "bayes chain by chain: 90% coverage" in out
+    assert len(pd.read_csv(bt / "chains.csv")) == 4  # one row per chain (SMALL: 4)
     ident = tmp_path / "ident"
     args = ["identify", str(tmp_path / "runs.csv"), "--out", str(ident), "--fractions", "0.5,1"]
     assert main([*args, "--n-future", "2", "--no-sensitivity", *SMALL]) == 0

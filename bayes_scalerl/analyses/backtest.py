@@ -300,6 +300,7 @@ class Backtest:
     fit: FitResult
     ls_params: pd.DataFrame
     settings: dict
+    _chains: pd.DataFrame | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def wide(self) -> pd.DataFrame:
         """The points, one row per held-out evaluation, with one column per method and value.
@@ -336,8 +337,13 @@ class Backtest:
         pandas.DataFrame
             One row per chain: ``chain, n_points, coverage50, coverage90, width90, crps``
             (as in :attr:`scores`) and ``A_median`` (the median over runs of the chain's
-            posterior median of ``A``).
+            posterior median of ``A``). Computed once per result; each call returns a copy.
         """
+        if self._chains is None:
+            self._chains = self._score_chains()
+        return self._chains.copy()
+
+    def _score_chains(self) -> pd.DataFrame:
         pts = self.points[self.points["method"] == "bayes"].reset_index(drop=True)
         scored = list(dict.fromkeys(pts["run"]))
         draws = _bayes_draws(self.fit, pts, scored, int(self.settings["seed"]))  # point, chain * draw
@@ -361,10 +367,10 @@ class Backtest:
         return pd.DataFrame(rows)
 
     def write(self, out_dir: str | os.PathLike) -> Path:
-        """Write ``backtest.csv`` (:meth:`wide`) and ``scores.csv`` into ``out_dir`` atomically.
+        """Write ``backtest.csv`` (:meth:`wide`), ``scores.csv`` and ``chains.csv`` (:meth:`by_chain`).
 
         The files are written to a temporary folder and moved into ``out_dir`` only when
-        both are complete (:func:`bayes_scalerl.data.files.atomic_output_dir`).
+        all are complete (:func:`bayes_scalerl.data.files.atomic_output_dir`).
 
         Returns
         -------
@@ -376,6 +382,7 @@ class Backtest:
         with atomic_output_dir(out_dir) as tmp:
             self.wide().to_csv(tmp / "backtest.csv", index=False)
             self.scores.to_csv(tmp / "scores.csv", index=False)
+            self.by_chain().to_csv(tmp / "chains.csv", index=False)
         return Path(out_dir)
 
 

@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     cut.add_argument(
         "--fraction", type=_fraction, default=None, help="fit each run on compute <= this share of its own"
     )
-    p_bt.add_argument("--out", required=True, help="folder for backtest.csv and scores.csv")
+    p_bt.add_argument("--out", required=True, help="folder for backtest.csv, scores.csv and chains.csv")
     p_bt.add_argument("--bootstrap", type=_positive_int, default=200, help="bootstrap replicates (200)")
     p_bt.add_argument(
         "--no-baseline",
@@ -455,7 +455,19 @@ def _run_backtest(args) -> int:
             "" if r["method"] == "ls" else f", coverage 50% {r['coverage50']:.2f}, 90% {r['coverage90']:.2f}"
         )
         print(f"  {r['method']:>5}: CRPS {r['crps']:.4f}, |error| {r['abs_error']:.4f}{cov}")
-    print(f"tables in {args.out}/ (backtest.csv, scores.csv)")
+    ch = bt.by_chain()
+    not_converged = int((~bt.fit.diagnostics()["converged"].astype(bool)).sum())
+    print(
+        f"  bayes chain by chain: 90% coverage {ch['coverage90'].min():.2f}-{ch['coverage90'].max():.2f}, "
+        f"CRPS {ch['crps'].min():.4f}-{ch['crps'].max():.4f}"
+        + (
+            f" ({not_converged} run(s) did not pass the convergence check: chains that agree here "
+            "disagree about something the forecast does not depend on)"
+            if not_converged
+            else ""
+        )
+    )
+    print(f"tables in {args.out}/ (backtest.csv, scores.csv, chains.csv)")
     return 0
 
 
