@@ -461,8 +461,8 @@ def _run_backtest(args) -> int:
         f"  bayes chain by chain: 90% coverage {ch['coverage90'].min():.2f}-{ch['coverage90'].max():.2f}, "
         f"CRPS {ch['crps'].min():.4f}-{ch['crps'].max():.4f}"
         + (
-            f" ({not_converged} run(s) did not pass the convergence check: chains that agree here "
-            "disagree about something the forecast does not depend on)"
+            f" ({not_converged} run(s) did not pass the convergence check; where the chains score "
+            "alike, they disagree about something these forecasts do not depend on)"
             if not_converged
             else ""
         )
