@@ -289,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--n-evals", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--model",
+        choices=("independent", "hierarchical"),
+        default="independent",
+        help="model of the default fit (hierarchical: every curve its own recipe, one population)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     horizons = [float(h) for h in args.horizons.split(",")]
@@ -303,9 +309,11 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             pc, pt = seed_pairs(rng, pair_settings, SCENARIOS[name], n_evals=args.n_evals)
             curves = pd.concat([curves, pc], ignore_index=True)
             truth = pd.concat([truth, pt], ignore_index=True)
+        if args.model == "hierarchical":  # every curve its own recipe, pooled as one population
+            curves["recipe"] = curves["run"]
         for h in horizons:
             t1 = time.perf_counter()
-            p, r, v = score(curves, truth, h, seed=args.seed)
+            p, r, v = score(curves, truth, h, seed=args.seed, fit_kwargs={"model": args.model})
             points.append(p.assign(scenario=name, horizon=h))
             per_run.append(r.assign(scenario=name, horizon=h))
             pairs.append(v.assign(scenario=name, horizon=h))
@@ -360,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "The simulator and the columns are described in the docstring of "
         "`benchmarks/item_response.py`. `bayes`: the default; `gaussian`: version 0.1's exact "
         "sigmoid with independent noise; `boot`: the paper's least squares with a residual "
-        "bootstrap. `coverage90_se`: Monte Carlo standard error, points clustered by run.",
+        "bootstrap. `coverage90_se`: Monte Carlo standard error, points clustered by run. "
+        f"Model of `bayes`: {args.model}.",
         "",
         "## Held-out evaluations",
         "",
