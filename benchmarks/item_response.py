@@ -295,8 +295,13 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         default="independent",
         help="model of the default fit (hierarchical: every curve its own recipe, one population)",
     )
+    ap.add_argument("--rho", help="AR(1) rho of the default fit: 'auto' (variogram), 'reml' or a number")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    fit_kwargs: dict = {"model": args.model}
+    if args.rho is not None:
+        rho = args.rho if args.rho in ("auto", "reml", "sampled") else float(args.rho)
+        fit_kwargs["priors"] = bs.Priors(rho=rho)
     horizons = [float(h) for h in args.horizons.split(",")]
     t0 = time.perf_counter()
     points, per_run, pairs = [], [], []
@@ -313,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             curves["recipe"] = curves["run"]
         for h in horizons:
             t1 = time.perf_counter()
-            p, r, v = score(curves, truth, h, seed=args.seed, fit_kwargs={"model": args.model})
+            p, r, v = score(curves, truth, h, seed=args.seed, fit_kwargs=fit_kwargs)
             points.append(p.assign(scenario=name, horizon=h))
             per_run.append(r.assign(scenario=name, horizon=h))
             pairs.append(v.assign(scenario=name, horizon=h))
@@ -369,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "`benchmarks/item_response.py`. `bayes`: the default; `gaussian`: version 0.1's exact "
         "sigmoid with independent noise; `boot`: the paper's least squares with a residual "
         "bootstrap. `coverage90_se`: Monte Carlo standard error, points clustered by run. "
-        f"Model of `bayes`: {args.model}.",
+        f"Model of `bayes`: {args.model}" + (f", AR(1) rho {args.rho}." if args.rho is not None else "."),
         "",
         "## Held-out evaluations",
         "",
