@@ -60,7 +60,7 @@ from scipy.special import expit
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from misspecification import clustered_se  # noqa: E402
+from misspecification import _table, clustered_se  # noqa: E402
 
 __all__ = [
     "SCENARIOS",
@@ -254,7 +254,7 @@ def summarise(points: pd.DataFrame) -> pd.DataFrame:
     for (scen, h, method), p in points.groupby(["scenario", "horizon", "method"], sort=False):
         row = {
             "scenario": scen,
-            "horizon": f"{h:g}x",
+            "horizon": h,
             "method": method,
             "runs": p["run"].nunique(),
             "points": len(p),
@@ -267,18 +267,6 @@ def summarise(points: pd.DataFrame) -> pd.DataFrame:
         row["crps"] = float(p["crps"].mean())
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _fmt(x) -> str:
-    if isinstance(x, float):
-        return "-" if np.isnan(x) else f"{x:.3f}"
-    return str(x)
-
-
-def _table(df: pd.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
@@ -343,7 +331,6 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         )
         .reset_index()
     )
-    ident["horizon"] = ident["horizon"].map(lambda h: f"{h:g}x")
     for c in ("runs", "identified", "wrong"):
         ident[c] = ident[c].astype(int)
     verdicts = pd.concat(pairs, ignore_index=True)
@@ -353,7 +340,6 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         .reset_index()
         .rename(columns={"size": "pairs", "sum": "called_higher"})
     )
-    called["horizon"] = called["horizon"].map(lambda h: f"{h:g}x")
     called["share"] = called["called_higher"] / called["pairs"]
     called["called_higher"] = called["called_higher"].astype(int)
     took = time.perf_counter() - t0
