@@ -104,3 +104,28 @@ def test_compiled_programs_are_dropped_before_the_mapping_limit():
     assert mappings.map_count()[0] < held - 500  # the executables' mappings were freed
     res = bs.fit(runs, seed=0, warmup=30, samples=30, discrepancy=False, retry=False)  # compiles again
     assert res.dt["posterior"]["A"].shape == (4, 30, 4)
+
+
+def test_runs_that_still_fail_get_a_longer_attempt_and_the_rest_keep_theirs(weak):
+    # attempts=1 is the single second attempt; the default's third attempt (4x the draws
+    # at target_accept 0.999) resamples exactly the runs that attempt left failing
+    runs, first, again = weak
+    once = bs.fit(runs, seed=2, retry=Retry(max_share=1.0, attempts=1), **SHORT)
+    d_once, d_again = once.diagnostics(), again.diagnostics()
+    np.testing.assert_array_equal(d_once["retried"].to_numpy(), d_again["retried"].to_numpy())
+    still = ~d_once["converged"].to_numpy() & d_once["retried"].to_numpy()
+    assert still.any()  # the short chains leave some runs failing twice (else this shows nothing)
+    for k in first.var_names:
+        a, b = once.dt["posterior"][k].values, again.dt["posterior"][k].values
+        np.testing.assert_array_equal(a[..., ~still], b[..., ~still])  # the first two attempts kept
+        assert not np.any(a[..., still] == b[..., still])  # the third attempt's own draws
+    steps_once = once.dt["sample_stats"]["n_steps"].values[..., still].mean()
+    steps_again = again.dt["sample_stats"]["n_steps"].values[..., still].mean()
+    assert steps_again > 2 * steps_once * 0.9  # four iterations a draw, against two
+    assert d_again["converged"].sum() > d_once["converged"].sum()  # and it converges some
+    assert once.settings["retry"]["attempts"] == 1 and again.settings["retry"]["attempts"] == 2
+
+
+def test_attempts_are_validated():
+    with pytest.raises(ValueError, match="attempts positive"):
+        bs.fit(_weak_runs(2), retry=Retry(attempts=0), **SHORT)

@@ -23,9 +23,21 @@ attempt. For them the second attempt *is* the longer, smaller-step sampling such
 needs, spent on the failing runs only; an earlier default stood down above a quarter
 failing ("chains too short for the batch") and left them unconverged.
 
+Runs that fail the second attempt too get a third (``Retry.attempts``, default 2): four
+times the draws at ``target_accept`` 0.999, every fourth kept, with its own key. The real
+short windows need it, not the simulated regime: fitted on the first quarter of their
+compute, the DAPO logs' AMC ``mean@4`` curves passed the check in 11 of 18 runs after one
+second attempt (seven with R-hat 1.011-1.027 at a bulk ESS of 220-560: a long tail of ``B``
+and ``C_mid``, the ridge between "a step near the data" and "a slow rise to a far ceiling")
+and in 18 of 18 after the third; the best-of-N curves in 33 and 46 of 54
+(``benchmarks/retry_real.py``). A third retry (``attempts=3``: 0.9999, eight times the
+draws) had not finished the best-of-N set's first quarter after three times the default's
+wall time, and was not made the default.
+
 Measured on the 500 weakly identified runs of ``benchmarks/weak_identification.py``
-(numbers in ``benchmarks/results/weak-identification.md``) and on the short windows of
-``benchmarks/misspecification.py`` (``benchmarks/results/misspecification-short-windows.md``).
+(numbers in ``benchmarks/results/weak-identification.md``), on the short windows of
+``benchmarks/misspecification.py`` (``benchmarks/results/misspecification-short-windows.md``)
+and on the real sets (``benchmarks/results/retry-real.md``).
 """
 
 from __future__ import annotations
@@ -69,12 +81,19 @@ class Retry(NamedTuple):
         The hierarchical model's pooled chains, when any parameter fails the check, run
         on one pass of draws at a time, up to this many passes in all, every ``p``-th draw
         of the ``p`` passes kept (:func:`~bayes_scalerl.models.pooling.sample_pooled`).
+    attempts : int
+        Runs that still fail are sampled again, up to this many times in all (default 2).
+        Attempt ``k`` draws ``thin ** k`` times as many iterations and keeps every
+        ``thin ** k``-th, at a tenth of the previous attempt's rejection rate
+        (``1 - target_accept``): 2x at 0.99, then 4x at 0.999 by default. Each attempt
+        starts afresh with its own key; a run's reported draws are its last attempt's.
     """
 
     target_accept: float = 0.99
     thin: int = 2
     max_share: float = 1.0
     max_pool_passes: int = 4
+    attempts: int = 2
 
 
 def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:
@@ -148,7 +167,7 @@ def sample_retrying(
     checkpoint_dir: str | os.PathLike | None = None,
     **engine_kw: Any,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """:func:`~bayes_scalerl.engine.sample_window`, then the failing runs once more.
+    """:func:`~bayes_scalerl.engine.sample_window`, then the failing runs again (``Retry.attempts``).
 
     Parameters
     ----------
@@ -158,7 +177,7 @@ def sample_retrying(
         How failing runs are sampled again; ``None``: not at all.
     checkpoint_dir : str or os.PathLike, optional
         As for ``sample_window``; the second attempt checkpoints to its ``retry``
-        subfolder.
+        subfolder, a third to ``retry-2``, and so on.
     **engine_kw
         The other options of ``sample_window`` (not ``keep``: the check needs the
         statistics).
@@ -166,8 +185,8 @@ def sample_retrying(
     Returns
     -------
     (dict of numpy.ndarray, numpy.ndarray of bool)
-        The draws (the second attempt's, thinned, for the runs sampled again) and which
-        runs were sampled again.
+        The draws (each run's last attempt's, thinned, for the runs sampled again) and
+        which runs were sampled again.
     """
     draws = sample_window(key, window, model, config, checkpoint_dir=checkpoint_dir, **engine_kw)
     n_runs = window.reward.shape[0]
@@ -188,28 +207,59 @@ def sample_retrying(
             extra={"phase": "retry"},
         )
         return draws, retried
-    idx = np.flatnonzero(bad)
-    second = config._replace(
-        target_accept=max(config.target_accept, retry.target_accept),
-        samples=config.samples * retry.thin,
-    )
-    sub_ckpt = None if checkpoint_dir is None else os.path.join(os.fspath(checkpoint_dir), "retry")
-    kw = dict(engine_kw)
-    if kw.get("group_size") is None and second.group_size is None:
-        # the few runs left would make one group, on one device: spread them over all
-        n_dev = kw.get("n_devices") or jax.local_device_count()
-        per_device = -(-len(idx) // n_dev)
-        kw["group_size"] = max(4, 1 << (per_device - 1).bit_length())  # a power of two: few programs
-    again = sample_window(
-        jax.random.fold_in(key, _RETRY_STREAM),
-        _subset(window, idx),
-        model,
-        second,
-        checkpoint_dir=sub_ckpt,
-        **kw,
-    )
-    again = thin_draws(again, retry.thin)
-    for k in tuple(model.var_names) + STATS:
-        draws[k][idx] = again[k]
-    retried[idx] = True
+    for attempt in range(1, int(retry.attempts) + 1):
+        idx = np.flatnonzero(bad)
+        thin = int(retry.thin) ** attempt
+        longer = config._replace(
+            target_accept=_attempt_accept(config, retry, attempt), samples=config.samples * thin
+        )
+        again = sample_window(
+            _attempt_key(key, attempt),
+            _subset(window, idx),
+            model,
+            longer,
+            checkpoint_dir=_attempt_dir(checkpoint_dir, attempt),
+            **_spread(engine_kw, config, len(idx)),
+        )
+        again = thin_draws(again, thin)
+        for k in tuple(model.var_names) + STATS:
+            draws[k][idx] = again[k]
+        retried[idx] = True
+        if attempt == retry.attempts:
+            break
+        still = failing_runs(again, model.var_names)
+        if not still.any():
+            break
+        bad = np.zeros(n_runs, bool)
+        bad[idx[still]] = True
     return draws, retried
+
+
+def _attempt_key(key: jax.Array, attempt: int) -> jax.Array:
+    """Attempt ``k``'s key: its own stream (the first retry's is that of earlier versions)."""
+    k = jax.random.fold_in(key, _RETRY_STREAM)
+    return k if attempt == 1 else jax.random.fold_in(k, attempt)
+
+
+def _attempt_accept(config: SamplerConfig, retry: Retry, attempt: int) -> float:
+    """Attempt ``k``'s target acceptance: the rejection rate a tenth of the attempt before's."""
+    first = max(config.target_accept, retry.target_accept)
+    return 1.0 - (1.0 - first) / 10.0 ** (attempt - 1)
+
+
+def _attempt_dir(checkpoint_dir: str | os.PathLike | None, attempt: int) -> str | None:
+    """Attempt ``k``'s checkpoint folder: ``retry``, then ``retry-2``, ``retry-3``, ..."""
+    if checkpoint_dir is None:
+        return None
+    return os.path.join(os.fspath(checkpoint_dir), "retry" if attempt == 1 else f"retry-{attempt}")
+
+
+def _spread(engine_kw: dict, config: SamplerConfig, n: int) -> dict:
+    """The engine's options for ``n`` runs sampled again: without a group size of the
+    caller's, the few runs would make one group on one device, so they are spread over all."""
+    kw = dict(engine_kw)
+    if kw.get("group_size") is None and config.group_size is None:
+        n_dev = kw.get("n_devices") or jax.local_device_count()
+        per_device = -(-n // n_dev)
+        kw["group_size"] = max(4, 1 << (per_device - 1).bit_length())  # a power of two: few programs
+    return kw

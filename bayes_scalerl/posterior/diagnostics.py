@@ -446,7 +446,7 @@ def run_diagnostics(
         bfmi_min, converged, retried, likelihood, rho, shape_kappa, shape_ell``. ``converged``
         needs R-hat <= 1.01, bulk ESS >= 100 and no divergent transition; ``retried``: the
         run failed that check at first and was sampled again
-        (:mod:`bayes_scalerl.engine.retry`; the row describes the second attempt). A NaN
+        (:mod:`bayes_scalerl.engine.retry`; the row describes its last attempt). A NaN
         R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
         (``bfmi(..., ddof=0)``). ``likelihood`` is the fit's noise model and ``rho`` the

@@ -36,10 +36,11 @@ def resolve_retry(retry: Retry | bool | None) -> Retry | None:
         return None
     if not isinstance(retry, Retry):
         raise ValueError(f"retry must be a Retry, True, False or None, got {retry!r}")
-    counts = (retry.thin, retry.max_pool_passes)
+    counts = (retry.thin, retry.max_pool_passes, retry.attempts)
     if not (0 < retry.target_accept < 1) or any(int(c) != c or c < 1 for c in counts):
         raise ValueError(
-            "retry: target_accept must be in (0, 1), thin and max_pool_passes positive integers, "
+            "retry: target_accept must be in (0, 1), thin, max_pool_passes and attempts positive "
+            "integers, "
             f"got {retry!r}"
         )
     return retry
@@ -167,7 +168,8 @@ def fit(
     retry : Retry, bool or None
         Runs that fail the convergence checks (R-hat > 1.01, bulk ESS < 100 or a
         divergence) are sampled once more at ``target_accept`` 0.99 with twice the
-        draws, thinned back (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
+        draws, thinned back, and those that still fail once more at 0.999 with four times
+        the draws (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
         ``()``; see :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
         failed (``Retry(max_share=...)`` caps it). ``False``/``None``: never. The ``retried`` column of
         :meth:`FitResult.diagnostics` says which runs were. With ``model="hierarchical"``
