@@ -1,9 +1,9 @@
-"""Convergence on the real short windows: how many runs pass the check, by retry attempts.
+"""Convergence on the real short windows: how many runs pass the check, by retries.
 
 Fits the four DAPO sets of the backtests (``mean@1``, AIME, AMC ``mean@4`` and best-of-N;
 read in place from ``--data``, never copied) on the first quarter and half of each curve's
-compute with :func:`bayes_scalerl.backtest`, once per ``--attempts`` value
-(``bs.Retry(attempts=k)``: ``1`` is the single second attempt of earlier versions, ``2``
+compute with :func:`bayes_scalerl.backtest`, once per ``--retries`` value
+(``bs.Retry(retries=k)``: ``1`` is the single second attempt of earlier versions, ``2``
 the default), and prints one row per set, fraction and setting: runs that pass the check of
 :meth:`~bayes_scalerl.FitResult.diagnostics` (R-hat <= 1.01, bulk ESS >= 100, no
 divergence), which part fails for the rest, the runs sampled again, the ``bayes`` band's
@@ -15,7 +15,7 @@ wants every pattern in every file it reads.
 
 Usage::
 
-    python benchmarks/retry_real.py --data ../shared/data/dapo-metrics --attempts 1,2 \\
+    python benchmarks/retry_real.py --data ../shared/data/dapo-metrics --retries 1,2 \\
         --out benchmarks/results/retry-real.md
 """
 
@@ -55,14 +55,14 @@ def mean4_folder(data: Path, into: Path) -> Path:
     return into
 
 
-def run_set(data: Path, metric: str, fractions: Sequence[float], attempts: Sequence[int], seed: int) -> list:
-    """One row per fraction and attempts setting for the curves of ``metric`` in ``data``."""
+def run_set(data: Path, metric: str, fractions: Sequence[float], retries: Sequence[int], seed: int) -> list:
+    """One row per fraction and retries setting for the curves of ``metric`` in ``data``."""
     runs = bs.read_any(data, format="verl", metric=[metric], gpus=4.0)
     rows = []
     for frac in fractions:
-        for k in attempts:
+        for k in retries:
             t0 = time.perf_counter()
-            kw = {"progress": False, "retry": bs.Retry(attempts=k)}
+            kw = {"progress": False, "retry": bs.Retry(retries=k)}
             bt = bs.backtest(runs, fraction=frac, seed=seed, fit_kwargs=kw)
             wall = time.perf_counter() - t0
             d = bt.fit.diagnostics()
@@ -70,7 +70,7 @@ def run_set(data: Path, metric: str, fractions: Sequence[float], attempts: Seque
             rows.append(
                 {
                     "fraction": frac,
-                    "attempts": k,
+                    "retries": k,
                     "converged": f"{int(d['converged'].sum())}/{len(d)}",
                     "R-hat > 1.01": int((~(d["r_hat_max"] <= 1.01)).sum()),
                     "ESS < 100": int((~(d["ess_bulk_min"] >= 100)).sum()),
@@ -92,26 +92,26 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument("--data", type=Path, default=shared, help="folder of verl logs (read in place)")
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--fractions", default="0.25,0.5")
-    p.add_argument("--attempts", default="1,2", help="Retry(attempts=k) settings, comma-separated")
+    p.add_argument("--retries", default="1,2", help="Retry(retries=k) settings, comma-separated")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
-    attempts = [int(x) for x in a.attempts.split(",") if x]
+    retries = [int(x) for x in a.retries.split(",") if x]
     t0 = time.perf_counter()
     tables = []
     with tempfile.TemporaryDirectory() as tmp:
         folders = {"all": a.data, "amc4": mean4_folder(a.data, Path(tmp))}
         for name in a.sets.split(","):
             where, metric = SETS[name]
-            rows = run_set(folders[where], metric, fractions, attempts, a.seed)
+            rows = run_set(folders[where], metric, fractions, retries, a.seed)
             tables.append(pd.DataFrame(rows).assign(set=name))
     df = pd.concat(tables, ignore_index=True)
     cols = ["set"] + [c for c in df.columns if c != "set"]
     import jax
 
     lines = [
-        "# Convergence on the real short windows, by retry attempts",
+        "# Convergence on the real short windows, by retries",
         "",
         f"Command: `python benchmarks/retry_real.py {shlex.join(argv)}`",
         "",
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         "Each set's curves fitted on compute <= fraction x their largest compute (the default "
-        "model, 4 chains x 500 + 500), `bs.Retry(attempts=k)`; a run converged passes R-hat <= 1.01, "
+        "model, 4 chains x 500 + 500), `bs.Retry(retries=k)`; a run converged passes R-hat <= 1.01, "
         "bulk ESS >= 100 and no divergence. Coverage and CRPS: the `bayes` band on every later "
         "evaluation. Wall time includes compilation.",
         "",

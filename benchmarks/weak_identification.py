@@ -55,7 +55,7 @@ def main(argv=None) -> None:
         "default": {},
         "default-no-retry": {"retry": False},
         # the retry until 2026-12: one second attempt, no third
-        "default-one-retry": {"retry": bs.Retry(attempts=1)},
+        "default-one-retry": {"retry": bs.Retry(retries=1)},
         # the batch's AR(1) correlation by the restricted likelihood of least-squares residuals
         "reml": {"priors": bs.Priors(rho="reml")},
         # the default until 0.2: independent Gaussian noise, with the discrepancy

@@ -26,7 +26,7 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert np.all(np.diff(p[["q05", "q25", "q50", "q75", "q95"]].to_numpy(), axis=1) >= 0)
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
-    need += ["converged", "retried", "likelihood", "rho", "shape_kappa", "shape_ell"]
+    need += ["converged", "retried", "retries", "likelihood", "rho", "shape_kappa", "shape_ell"]
     need += ["a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
     need += ["reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive

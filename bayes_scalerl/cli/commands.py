@@ -122,7 +122,8 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--no-retry",
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (by default they are "
-        "sampled once more at target_accept 0.99 with twice the draws; with --model hierarchical, "
+        "sampled again at target_accept 0.99 with twice the draws, and those that fail again once "
+        "more at 0.999 with four times the draws; with --model hierarchical, "
         "pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
     )
     p.add_argument(
@@ -674,8 +675,8 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
     again = diag.loc[diag["retried"], "run"].tolist()
     if again:
         print(
-            "sampled again at target_accept 0.99 with twice the draws, thinned back (they failed the "
-            f"convergence checks at first; column retried of diagnostics.csv): {_listing(again)}"
+            "sampled again with longer chains at a smaller step, thinned back (they failed the "
+            f"convergence checks at first; columns retried and retries of diagnostics.csv): {_listing(again)}"
         )
     passes = result.settings.get("pool_passes", 1)
     if passes > 1:

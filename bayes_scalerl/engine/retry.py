@@ -23,16 +23,16 @@ attempt. For them the second attempt *is* the longer, smaller-step sampling such
 needs, spent on the failing runs only; an earlier default stood down above a quarter
 failing ("chains too short for the batch") and left them unconverged.
 
-Runs that fail the second attempt too get a third (``Retry.attempts``, default 2): four
+Runs that fail the second attempt too get a third (``Retry.retries``, default 2): four
 times the draws at ``target_accept`` 0.999, every fourth kept, with its own key. The real
 short windows need it, not the simulated regime: fitted on the first quarter of their
 compute, the DAPO logs' AMC ``mean@4`` curves passed the check in 11 of 18 runs after one
 second attempt (seven with R-hat 1.011-1.027 at a bulk ESS of 220-560: a long tail of ``B``
 and ``C_mid``, the ridge between "a step near the data" and "a slow rise to a far ceiling")
-and in 18 of 18 after the third; the best-of-N curves in 33 and 46 of 54
-(``benchmarks/retry_real.py``). A third retry (``attempts=3``: 0.9999, eight times the
-draws) had not finished the best-of-N set's first quarter after three times the default's
-wall time, and was not made the default.
+and in 18 of 18 after the third; over the four DAPO sets' 154 curves, 114 and 143-145 (two
+keys for the third attempt; ``benchmarks/retry_real.py``). A third retry (``retries=3``:
+0.9999, eight times the draws) had not finished the best-of-N set's first quarter after
+three times the default's wall time, and was not made the default.
 
 Measured on the 500 weakly identified runs of ``benchmarks/weak_identification.py``
 (numbers in ``benchmarks/results/weak-identification.md``), on the short windows of
@@ -59,6 +59,8 @@ logger = logging.getLogger("bayes_scalerl")
 
 #: Folded into the fit's key for the second attempt (its own stream of randomness).
 _RETRY_STREAM = 0x2E7127
+#: Folded into the fit's key, then the retry's number, for the third attempt and later.
+_LATER_STREAM = 0x5A3C1D
 
 
 class Retry(NamedTuple):
@@ -68,32 +70,35 @@ class Retry(NamedTuple):
     ----------
     target_accept : float
         Target acceptance of the second attempt's step-size adaptation (at least the
-        first attempt's).
+        first attempt's); each later attempt has a tenth of the one before's rejection
+        rate ``1 - target_accept`` (0.99, then 0.999).
     thin : int
         The second attempt draws ``thin`` times as many iterations and keeps every
-        ``thin``-th.
+        ``thin``-th; the ``k``-th retry draws ``thin ** k`` times as many (2x, then 4x).
     max_share : float
-        Retry only when at most this share of the runs failed (default 1: whatever share
-        failed). Lower it to cap the cost of the second attempt: a batch whose runs fail
+        Retry only when at most this share of the runs failed the first attempt (default
+        1: whatever share failed). Lower it to cap the cost of retrying: a batch whose runs fail
         by the dozen then reports them as they are, for a longer fit (``warmup``,
         ``samples``) to settle.
     max_pool_passes : int
         The hierarchical model's pooled chains, when any parameter fails the check, run
         on one pass of draws at a time, up to this many passes in all, every ``p``-th draw
         of the ``p`` passes kept (:func:`~bayes_scalerl.models.pooling.sample_pooled`).
-    attempts : int
-        Runs that still fail are sampled again, up to this many times in all (default 2).
-        Attempt ``k`` draws ``thin ** k`` times as many iterations and keeps every
-        ``thin ** k``-th, at a tenth of the previous attempt's rejection rate
-        (``1 - target_accept``): 2x at 0.99, then 4x at 0.999 by default. Each attempt
-        starts afresh with its own key; a run's reported draws are its last attempt's.
+    retries : int
+        How many times, at most, a failing run is sampled again after the first attempt
+        (default 2: a second attempt, and a third for the runs that fail the second too).
+        The ``k``-th retry draws ``thin ** k`` times as many iterations and keeps every
+        ``thin ** k``-th, at a tenth of the previous attempt's rejection rate: 2x at 0.99,
+        then 4x at 0.999 by default. Each starts afresh with its own key; a run's reported
+        draws are its last attempt's. ``retries=1`` is the single second attempt of
+        versions before 2026-12.
     """
 
     target_accept: float = 0.99
     thin: int = 2
     max_share: float = 1.0
     max_pool_passes: int = 4
-    attempts: int = 2
+    retries: int = 2
 
 
 def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:
@@ -167,7 +172,7 @@ def sample_retrying(
     checkpoint_dir: str | os.PathLike | None = None,
     **engine_kw: Any,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """:func:`~bayes_scalerl.engine.sample_window`, then the failing runs again (``Retry.attempts``).
+    """:func:`~bayes_scalerl.engine.sample_window`, then the failing runs again (``Retry.retries``).
 
     Parameters
     ----------
@@ -184,13 +189,13 @@ def sample_retrying(
 
     Returns
     -------
-    (dict of numpy.ndarray, numpy.ndarray of bool)
+    (dict of numpy.ndarray, numpy.ndarray of int)
         The draws (each run's last attempt's, thinned, for the runs sampled again) and
-        which runs were sampled again.
+        how many times each run was sampled again (0: its first attempt passed).
     """
     draws = sample_window(key, window, model, config, checkpoint_dir=checkpoint_dir, **engine_kw)
     n_runs = window.reward.shape[0]
-    retried = np.zeros(n_runs, bool)
+    retried = np.zeros(n_runs, np.int8)
     if retry is None:
         return draws, retried
     bad = failing_runs(draws, model.var_names)
@@ -207,7 +212,7 @@ def sample_retrying(
             extra={"phase": "retry"},
         )
         return draws, retried
-    for attempt in range(1, int(retry.attempts) + 1):
+    for attempt in range(1, int(retry.retries) + 1):
         idx = np.flatnonzero(bad)
         thin = int(retry.thin) ** attempt
         longer = config._replace(
@@ -224,8 +229,8 @@ def sample_retrying(
         again = thin_draws(again, thin)
         for k in tuple(model.var_names) + STATS:
             draws[k][idx] = again[k]
-        retried[idx] = True
-        if attempt == retry.attempts:
+        retried[idx] = attempt
+        if attempt == retry.retries:
             break
         still = failing_runs(again, model.var_names)
         if not still.any():
@@ -236,9 +241,10 @@ def sample_retrying(
 
 
 def _attempt_key(key: jax.Array, attempt: int) -> jax.Array:
-    """Attempt ``k``'s key: its own stream (the first retry's is that of earlier versions)."""
-    k = jax.random.fold_in(key, _RETRY_STREAM)
-    return k if attempt == 1 else jax.random.fold_in(k, attempt)
+    """The ``k``-th retry's key: its own stream (the first retry's is that of earlier versions)."""
+    if attempt == 1:
+        return jax.random.fold_in(key, _RETRY_STREAM)
+    return jax.random.fold_in(jax.random.fold_in(key, _LATER_STREAM), attempt)
 
 
 def _attempt_accept(config: SamplerConfig, retry: Retry, attempt: int) -> float:

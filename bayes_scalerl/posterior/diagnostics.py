@@ -443,10 +443,11 @@ def run_diagnostics(
     -------
     pandas.DataFrame
         Columns ``run, n_points, r_hat_max, ess_bulk_min, ess_tail_min, divergences,
-        bfmi_min, converged, retried, likelihood, rho, shape_kappa, shape_ell``. ``converged``
+        bfmi_min, converged, retried, retries, likelihood, rho, shape_kappa, shape_ell``. ``converged``
         needs R-hat <= 1.01, bulk ESS >= 100 and no divergent transition; ``retried``: the
         run failed that check at first and was sampled again
-        (:mod:`bayes_scalerl.engine.retry`; the row describes its last attempt). A NaN
+        (:mod:`bayes_scalerl.engine.retry`; the row describes its last attempt), and
+        ``retries`` how many times (0, 1, or 2 for a third attempt). A NaN
         R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
         (``bfmi(..., ddof=0)``). ``likelihood`` is the fit's noise model and ``rho`` the
@@ -471,7 +472,7 @@ def run_diagnostics(
     n_points = dt["constant_data"]["in_fit"].to_dataset()["in_fit"].sum("point").values.astype(int)
     converged = (rhat_ <= RHAT_MAX) & (ess_b >= ESS_MIN) & (div == 0)
     const = dt["constant_data"].to_dataset()
-    retried = const["retried"].values.astype(bool) if "retried" in const else np.zeros(n_runs, bool)
+    retries = const["retried"].values.astype(int) if "retried" in const else np.zeros(n_runs, int)
     likelihood, rho, kappa, ell = _noise_model(dt, post, n_runs)
     return pd.DataFrame(
         {
@@ -483,7 +484,8 @@ def run_diagnostics(
             "divergences": div,
             "bfmi_min": bfmi_,
             "converged": converged,
-            "retried": retried,
+            "retried": retries > 0,
+            "retries": retries,
             "likelihood": likelihood,
             "rho": rho,
             "shape_kappa": kappa,

@@ -36,10 +36,10 @@ def resolve_retry(retry: Retry | bool | None) -> Retry | None:
         return None
     if not isinstance(retry, Retry):
         raise ValueError(f"retry must be a Retry, True, False or None, got {retry!r}")
-    counts = (retry.thin, retry.max_pool_passes, retry.attempts)
+    counts = (retry.thin, retry.max_pool_passes, retry.retries)
     if not (0 < retry.target_accept < 1) or any(int(c) != c or c < 1 for c in counts):
         raise ValueError(
-            "retry: target_accept must be in (0, 1), thin, max_pool_passes and attempts positive "
+            "retry: target_accept must be in (0, 1), thin, max_pool_passes and retries positive "
             "integers, "
             f"got {retry!r}"
         )
