@@ -122,8 +122,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--no-retry",
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (by default they are "
-        "sampled again at target_accept 0.99 with twice the draws, and those that fail again once "
-        "more at 0.999 with four times the draws; with --model hierarchical, "
+        "sampled once more at target_accept 0.99 with twice the draws; with --model hierarchical, "
         "pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
     )
     p.add_argument(
