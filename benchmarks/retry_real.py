@@ -36,6 +36,9 @@ import pandas as pd
 import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from misspecification import _table  # noqa: E402
+
 __all__ = ["main", "mean4_folder", "run_set"]
 
 AMC4 = '"val-core/AMC-Qwen-instruct/acc/mean@4"'
@@ -69,7 +72,7 @@ def run_set(data: Path, metric: str, fractions: Sequence[float], retries: Sequen
             s = bt.scores.set_index("method").loc["bayes"]
             rows.append(
                 {
-                    "fraction": frac,
+                    "fraction": f"{frac:g}",
                     "retries": k,
                     "converged": f"{int(d['converged'].sum())}/{len(d)}",
                     "R-hat > 1.01": int((~(d["r_hat_max"] <= 1.01)).sum()),
@@ -125,10 +128,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "bulk ESS >= 100 and no divergence. Coverage and CRPS: the `bayes` band on every later "
         "evaluation. Wall time includes compilation.",
         "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
+        *_table(df[cols]),
     ]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for _, r in df.iterrows()]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out is not None:
