@@ -3,8 +3,8 @@
 Fits the four DAPO sets of the backtests (``mean@1``, AIME, AMC ``mean@4`` and best-of-N;
 read in place from ``--data``, never copied) on the first quarter and half of each curve's
 compute with :func:`bayes_scalerl.backtest`, once per ``--retries`` value
-(``bs.Retry(retries=k)``: ``1``, the default, is a single second attempt; ``2`` adds a
-third for the runs that fail it), and prints one row per set, fraction and setting: runs
+(``bs.Retry(retries=k)``: ``1`` is a single second attempt; ``2``, the default since
+2026-12-06, adds a third for the runs that fail it), and prints one row per set, fraction and setting: runs
 that pass the check of :meth:`~bayes_scalerl.FitResult.diagnostics` (R-hat <= 1.01, bulk ESS >= 100, no
 divergence), which part fails for the rest, the runs sampled again, the ``bayes`` band's
 90% coverage and CRPS, and the wall time (compilation included).

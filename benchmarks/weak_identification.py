@@ -54,8 +54,8 @@ def main(argv=None) -> None:
     settings = {
         "default": {},
         "default-no-retry": {"retry": False},
-        # the retry's default: one second attempt, no third (the "default" rows above 2026-12-06
-        # were measured while retries=2 was the default)
+        # one second attempt, no third: the default until 2026-12-06 (the retry-real rows say
+        # which setting each "default" row had)
         "default-one-retry": {"retry": bs.Retry(retries=1)},
         "default-two-retries": {"retry": bs.Retry(retries=2)},
         # the batch's AR(1) correlation by the restricted likelihood of least-squares residuals

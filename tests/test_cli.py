@@ -338,6 +338,9 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
             ["--rho", "(-1, 1)"],
         ),
         (["identify", "x.csv", "--out", "o", "--likelihood", "ar1", "--rho", "high"], ["--rho", "'auto'"]),
+        (["fit", "x.csv", "--out", "o", "--retries", "-1"], ["--retries", "non-negative"]),
+        (["demo", "--no-retry", "--retries", "2"], ["--no-retry", "--retries 2"]),
+        (["demo", "--no-retry", "--retries", "1"], ["--no-retry", "--retries 1"]),
         (["fit", "x.csv", "--out", "o", "--shape-noise", "1:0"], ["--shape-noise", "KAPPA:ELL"]),
         (["fit", "x.csv", "--out", "o", "--shape-noise", "wavy"], ["--shape-noise", "got 'wavy'"]),
         (
@@ -445,3 +448,64 @@ def test_rho_option_sets_the_priors(command):
     assert _priors(parser.parse_args([*command, "--rho", "reml"])).rho == "reml"
     assert _priors(parser.parse_args([*command, "--rho", "0.4"])).rho == 0.4
     assert _priors(parser.parse_args([*command, "--rho", "sampled"])).rho is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fit", "x.csv", "--out", "o"],
+        ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"],
+        ["identify", "x.csv", "--out", "o", "--fractions", "0.5"],
+    ],
+)
+def test_retries_option_sets_the_retry(command):
+    from bayes_scalerl.cli.commands import _retry, build_parser
+    from bayes_scalerl.posterior.fitting import resolve_retry
+
+    parser = build_parser()
+    assert _retry(parser.parse_args(command)) is True  # the default: Retry(), two retries
+    assert resolve_retry(_retry(parser.parse_args(command))) == bs.Retry(retries=2)
+    assert _retry(parser.parse_args([*command, "--retries", "0"])) is False
+    assert _retry(parser.parse_args([*command, "--retries", "2"])) is True
+    assert _retry(parser.parse_args([*command, "--retries", "1"])) == bs.Retry(retries=1)
+    assert _retry(parser.parse_args([*command, "--retries", "3"])) == bs.Retry(retries=3)
+    if command[0] == "fit":
+        assert _retry(parser.parse_args([*command, "--no-retry"])) is False
+
+
+def test_unconverged_runs_get_the_retries_hint_only_where_it_can_help():
+    from bayes_scalerl.cli.commands import _retry_hint, build_parser
+
+    parser = build_parser()
+    fit = ["fit", "x.csv", "--out", "o"]
+    assert "--retries 2" in _retry_hint(parser.parse_args([*fit, "--retries", "1"]))
+    assert _retry_hint(parser.parse_args(fit)) is None  # the default: two retries already
+    assert _retry_hint(parser.parse_args([*fit, "--retries", "3"])) is None
+    assert _retry_hint(parser.parse_args([*fit, "--no-retry"])) is None  # retries switched off
+    assert _retry_hint(parser.parse_args([*fit, "--model", "hierarchical"])) is None  # pooled passes
+
+
+@pytest.mark.parametrize("command", ["backtest", "identify"])
+def test_retries_option_reaches_the_refits(tmp_path, monkeypatch, command):
+    """``--retries`` reaches the fits ``backtest`` and ``identify`` run (their ``fit_kwargs``)."""
+    import importlib
+
+    backtest_mod = importlib.import_module("bayes_scalerl.analyses.backtest")
+    identify_mod = importlib.import_module("bayes_scalerl.analyses.identify")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def record(runs, **kw):
+        seen.update(kw["fit_kwargs"])
+        raise Stop
+
+    monkeypatch.setattr(backtest_mod, "backtest", record)
+    monkeypatch.setattr(identify_mod, "budget_sweep", record)
+    path = tmp_path / "runs.csv"
+    bs.demo_runs().to_csv(path, index=False)
+    extra = ["--fraction", "0.5"] if command == "backtest" else ["--fractions", "0.5"]
+    with pytest.raises(Stop):
+        main([command, str(path), "--out", str(tmp_path / "o"), *extra, "--retries", "1"])
+    assert seen["retry"] == bs.Retry(retries=1)

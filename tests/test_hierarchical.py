@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import QUICK, run_child
+from conftest import ONE_RETRY, QUICK, run_child
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.comparisons import compare, compute_to_target, recipe_curve_draws, recipe_draws
@@ -158,6 +158,7 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed, rho=None):
         samples=500,
         discrepancy=False,
         priors=priors,
+        retry=ONE_RETRY,
     )
     window = runs.window(min_compute=1500)
     if rho is not None:
@@ -319,7 +320,9 @@ def test_model_argument_is_checked(study):
 def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_path, keep_programs):
     from bayes_scalerl import engine
 
-    kw = dict(min_compute=1500, model="hierarchical", seed=2, warmup=60, samples=60, chunk_size=8)
+    kw = dict(
+        min_compute=1500, model="hierarchical", seed=2, warmup=60, samples=60, chunk_size=8, retry=ONE_RETRY
+    )
     plain = bs.fit(study[1], **kw)
     ckpt = tmp_path / "ckpt"
     first = bs.fit(study[1], checkpoint_dir=ckpt, **kw)
@@ -420,7 +423,9 @@ def _pool_inputs(runs):
     from bayes_scalerl.models.hierarchical import HierPriors
     from bayes_scalerl.models.pooling import pool_data
 
-    ind = bs.fit(runs, min_compute=1500, seed=0, chains=2, warmup=100, samples=100, discrepancy=False)
+    ind = bs.fit(
+        runs, min_compute=1500, seed=0, chains=2, warmup=100, samples=100, discrepancy=False, retry=ONE_RETRY
+    )
     post = ind.dt["posterior"]
 
     def flat(name):

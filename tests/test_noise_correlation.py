@@ -281,7 +281,7 @@ def test_fits_with_other_fixed_rhos_reuse_one_program(keep_programs):
     truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
     df = bs.simulate_runs(truth, np.arange(0, 8001, 400.0), rng, ar1=0.5)
     # without the second attempt, which would add its own program when only one of the fits retries
-    kw = dict(discrepancy=False, seed=0, retry=False, **QUICK)
+    kw = {**QUICK, "discrepancy": False, "seed": 0, "retry": False}
     first = bs.fit(df, priors=bs.Priors(likelihood="ar1", rho=0.3), **kw)
     before = engine.trace_count()
     second = bs.fit(df, priors=bs.Priors(likelihood="ar1", rho=0.6), **kw)

@@ -44,7 +44,7 @@ def test_thin_draws_keeps_every_kth_draw_and_sums_the_statistics():
 def weak():
     runs = _weak_runs()
     first = bs.fit(runs, seed=2, retry=False, **SHORT)
-    again = bs.fit(runs, seed=2, retry=Retry(max_share=1.0), **SHORT)
+    again = bs.fit(runs, seed=2, retry=Retry(max_share=1.0, retries=1), **SHORT)  # a second attempt alone
     return runs, first, again
 
 
@@ -73,7 +73,7 @@ def test_failing_runs_are_sampled_again_and_the_rest_kept(weak):
     assert d1["converged"].sum() > d0["converged"].sum()
     steps = again.dt["sample_stats"]["n_steps"].values
     assert np.all(steps[..., failed].mean(axis=(0, 1)) > steps[..., ~failed].mean())  # two iterations a draw
-    assert again.settings["retry"] == Retry(max_share=1.0)._asdict()
+    assert again.settings["retry"] == Retry(max_share=1.0, retries=1)._asdict()
 
 
 def test_too_many_failing_runs_are_not_sampled_again(weak):
@@ -109,11 +109,11 @@ def test_compiled_programs_are_dropped_before_the_mapping_limit():
 @pytest.fixture(scope="module")
 def twice(weak):
     runs = weak[0]
-    return bs.fit(runs, seed=2, retry=Retry(max_share=1.0, retries=2), **SHORT)
+    return bs.fit(runs, seed=2, retry=True, **SHORT)  # the default: Retry(), a third attempt
 
 
 def test_runs_that_still_fail_get_a_longer_attempt_and_the_rest_keep_theirs(weak, twice):
-    # retries=1 (the default) is the single second attempt; retries=2's third attempt (4x the
+    # retries=1 is the single second attempt; the default retries=2's third attempt (4x the
     # draws at target_accept 0.999) resamples exactly the runs that attempt left failing
     _, first, once = weak
     d_once, d_twice = once.diagnostics(), twice.diagnostics()

@@ -321,7 +321,8 @@ _STUDENT_T_CHILD = textwrap.dedent(
     rng = np.random.default_rng(0)
     df = bs.simulate_runs(bs.random_truth(rng, 8), np.linspace(0.0, 16000.0, 25), rng)
     res = bs.fit(df, min_compute=1500, priors=bs.Priors(likelihood="student_t"), warmup=60,
-                 samples=40, group_size=4, log_likelihood=False, progress=False)
+                 samples=40, group_size=4, log_likelihood=False, progress=False,
+                 retry=bs.Retry(retries=1))
     print("done", len(res.diagnostics()))
     """
 )

@@ -220,7 +220,7 @@ def test_fit_with_departures_reuses_one_program_and_widens_the_band(keep_program
     rng = np.random.default_rng(4)
     truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
     df = bs.simulate_runs(truth, np.arange(0, 8001, 200.0), rng)
-    kw = dict(discrepancy=False, seed=0, retry=False, fit_until=4000, **QUICK)
+    kw = {**QUICK, "discrepancy": False, "seed": 0, "retry": False, "fit_until": 4000}
     plain = bs.fit(df, priors=bs.Priors(shape_noise=None), **kw)
     first = bs.fit(df, priors=bs.Priors(shape_noise=(0.5, 1.0)), **kw)
     before = engine.trace_count()

@@ -22,6 +22,7 @@ from pathlib import Path
 from .. import __version__
 from ..data.runs import DataError
 from ..engine import runtime
+from ..engine.retry import Retry
 from ..models.priors import LIKELIHOODS
 
 __all__ = ["main", "build_parser", "entry"]
@@ -57,14 +58,22 @@ def _computes(text: str) -> list[float]:
     return values
 
 
-def _positive_int(text: str) -> int:
+def _int_from(text: str, low: int, what: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        v = low - 1
+    if v < low:
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
     return v
+
+
+def _positive_int(text: str) -> int:
+    return _int_from(text, 1, "positive")
+
+
+def _nonneg_int(text: str) -> int:
+    return _int_from(text, 0, "non-negative")
 
 
 def _chains(text: str) -> int:
@@ -121,9 +130,9 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     p.add_argument(
         "--no-retry",
         action="store_true",
-        help="do not sample again the runs that fail the convergence checks (by default they are "
-        "sampled once more at target_accept 0.99 with twice the draws; with --model hierarchical, "
-        "pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
+        help="do not sample again the runs that fail the convergence checks (the same as --retries 0; "
+        "by default they are sampled once more at target_accept 0.99 with twice the draws; with --model "
+        "hierarchical, pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
     )
     p.add_argument(
         "--likelihood",
@@ -218,6 +227,43 @@ def _add_sampler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=_positive_int, default=500, help="warm-up steps per chain (default 500)")
     p.add_argument("--samples", type=_positive_int, default=500, help="kept draws per chain (default 500)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--retries",
+        type=_nonneg_int,
+        default=None,
+        help="how many times a run that fails the convergence checks is sampled again (default 2: "
+        "once at target_accept 0.99 with twice the draws, thinned back, and those that fail again "
+        "once more at 0.999 with four times the draws; 1: the first of these alone, faster where "
+        "many runs fail; 0: never)",
+    )
+
+
+def _retry(args: argparse.Namespace) -> Retry | bool:
+    """``--retries`` (and ``--no-retry``) as ``fit``'s ``retry``: ``False`` (0), ``True`` (the
+    default, 2) or a :class:`Retry` with another count."""
+    n = _retries(args)
+    if n == 0:
+        return False
+    return True if n == Retry().retries else Retry(retries=n)
+
+
+def _retry_hint(args: argparse.Namespace) -> str | None:
+    """What to try when runs of a fit did not converge, if more retries may help."""
+    if getattr(args, "model", "independent") != "independent" or not 0 < _retries(args) < 2:
+        return None
+    return (
+        "  --retries 2 (the default) samples such runs once more, at target_accept 0.999 with four "
+        "times the draws (it converged 145 of the 154 real DAPO curves fitted on their first quarter, "
+        "against 114 with --retries 1)"
+    )
+
+
+def _retries(args: argparse.Namespace) -> int:
+    """How many retries the options ask for (``--no-retry``: 0)."""
+    if getattr(args, "no_retry", False):
+        return 0
+    n = getattr(args, "retries", None)
+    return Retry().retries if n is None else int(n)
 
 
 def _add_rho_option(p: argparse.ArgumentParser) -> None:
@@ -440,6 +486,7 @@ def _run_backtest(args) -> int:
             chains=args.chains,
             warmup=args.warmup,
             samples=args.samples,
+            retry=_retry(args),
             priors=_priors(args),
             discrepancy=args.discrepancy == "calibrated",
             progress=True,
@@ -501,6 +548,7 @@ def _run_identify(args) -> int:
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
+        retry=_retry(args),
     )
     sweep = budget_sweep(
         runs,
@@ -641,7 +689,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         model=args.model,
         priors=_priors(args),
         discrepancy=args.discrepancy == "calibrated",
-        retry=not getattr(args, "no_retry", False),
+        retry=_retry(args),
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
@@ -685,6 +733,9 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         )
     if bad:
         print(f"not converged (R-hat > 1.01, bulk ESS < 100 or divergences): {_listing(bad)}")
+        hint = _retry_hint(args)
+        if hint:
+            print(hint)
     else:
         print("every run converged (R-hat <= 1.01, bulk ESS >= 100, no divergences)")
     low_bfmi = diag.loc[diag["bfmi_min"] < 0.3, "run"].tolist()
@@ -728,6 +779,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                 if not parent.is_dir():
                     parser.error(f"argument --out: {parent} is a file, not a folder")
                 break
+    if getattr(args, "no_retry", False) and getattr(args, "retries", None) not in (None, 0):
+        parser.error(f"argument --no-retry: not allowed with --retries {args.retries}")
     rho = getattr(args, "rho", None)
     if rho is not None:
         if args.likelihood != "ar1":

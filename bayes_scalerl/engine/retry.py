@@ -23,7 +23,7 @@ attempt. For them the second attempt *is* the longer, smaller-step sampling such
 needs, spent on the failing runs only; an earlier default stood down above a quarter
 failing ("chains too short for the batch") and left them unconverged.
 
-With ``Retry(retries=2)`` (opt-in) the runs that fail the second attempt too get a third:
+By default (``Retry(retries=2)``) the runs that fail the second attempt too get a third:
 four times the draws at ``target_accept`` 0.999, every fourth kept, with its own key. The
 real short windows need it, not the simulated regime: fitted on the first quarter of their
 compute, the DAPO logs' AMC ``mean@4`` curves passed the check in 11 of 18 runs after one
@@ -32,9 +32,12 @@ and ``C_mid``, the ridge between "a step near the data" and "a slow rise to a fa
 and in 18 of 18 after the third; over the four DAPO sets' 154 curves, 114 and 143-145 (two
 keys for the third attempt; ``benchmarks/retry_real.py``). A third retry (``retries=3``:
 0.9999, eight times the draws) had not finished the best-of-N set's first quarter after
-three times the wall time of ``retries=2``. ``retries=2`` is not the default yet: with it
-the test suite, whose fits use short chains, took 1,769 s in CI against 935 s (see the
-CHANGELOG).
+three times the wall time of ``retries=2``. The third attempt costs only the runs that
+reach it: up to twice the wall time on a real set whose windows mostly fail (best-of-N at
+half its compute, 70 s to 139 s on a 2-core CPU), 4-18 s on the 500 weakly identified runs,
+and 15% more for the package's own test suite, whose short chains fail by the dozen (994 s
+to 1,144 s on the same machine). ``Retry(retries=1)`` (``--retries 1``), the earlier
+default, stops after the second attempt.
 
 Measured on the 500 weakly identified runs of ``benchmarks/weak_identification.py``
 (numbers in ``benchmarks/results/weak-identification.md``), on the short windows of
@@ -88,8 +91,8 @@ class Retry(NamedTuple):
         of the ``p`` passes kept (:func:`~bayes_scalerl.models.pooling.sample_pooled`).
     retries : int
         How many times, at most, a failing run is sampled again after the first attempt
-        (default 1: a second attempt; 2 adds a third for the runs that fail the second
-        too). The ``k``-th retry draws ``thin ** k`` times as many iterations and keeps
+        (default 2: a second attempt, and a third for the runs that fail the second too; 1:
+        the second alone). The ``k``-th retry draws ``thin ** k`` times as many iterations and keeps
         every ``thin ** k``-th, at a tenth of the previous attempt's rejection rate: 2x at
         0.99, then 4x at 0.999 by default. Each starts afresh with its own key; a run's
         reported draws are its last attempt's.
@@ -99,7 +102,7 @@ class Retry(NamedTuple):
     thin: int = 2
     max_share: float = 1.0
     max_pool_passes: int = 4
-    retries: int = 1
+    retries: int = 2
 
 
 def failing_runs(draws: dict[str, np.ndarray], var_names) -> np.ndarray:

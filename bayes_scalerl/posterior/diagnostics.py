@@ -447,7 +447,8 @@ def run_diagnostics(
         needs R-hat <= 1.01, bulk ESS >= 100 and no divergent transition; ``retried``: the
         run failed that check at first and was sampled again
         (:mod:`bayes_scalerl.engine.retry`; the row describes its last attempt), and
-        ``retries`` how many times (0, 1; 2 for a third attempt with ``Retry(retries=2)``). A NaN
+        ``retries`` how many times (0, 1, or 2 for a third attempt, the default ``Retry()``'s
+        last). A NaN
         R-hat or ESS of any variable makes the run's NaN.
         ``bfmi_min`` is the smallest E-BFMI over chains, with the population variance
         (``bfmi(..., ddof=0)``). ``likelihood`` is the fit's noise model and ``rho`` the

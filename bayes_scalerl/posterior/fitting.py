@@ -168,9 +168,10 @@ def fit(
     retry : Retry, bool or None
         Runs that fail the convergence checks (R-hat > 1.01, bulk ESS < 100 or a
         divergence) are sampled once more at ``target_accept`` 0.99 with twice the
-        draws, thinned back (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry`
-        ``()``; ``Retry(retries=2)`` samples those that still fail once more at 0.999 with
-        four times the draws; see :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
+        draws, thinned back, and those that still fail once more at 0.999 with four times
+        the draws (``True``, default: :class:`~bayes_scalerl.engine.retry.Retry` ``()``;
+        ``Retry(retries=1)`` stops after the second attempt; see
+        :mod:`bayes_scalerl.engine.retry`), whatever share of the runs
         failed (``Retry(max_share=...)`` caps it). ``False``/``None``: never. The ``retried`` column of
         :meth:`FitResult.diagnostics` says which runs were. With ``model="hierarchical"``
         the pooled chains, when any parameter at any level fails the check, run on one
