@@ -513,7 +513,7 @@ import sys, numpy as np, jax, bayes_scalerl as bs
 from bayes_scalerl.models.pooling import chain_layout
 assert chain_layout(4) == (2, 2), jax.devices()
 res = bs.fit(bs.read_runs(sys.argv[1]), min_compute=1500, model="hierarchical", seed=4, chains=4,
-             warmup=60, samples=60, discrepancy=False, log_likelihood=False)
+             warmup=60, samples=60, discrepancy=False, log_likelihood=False, retry=bs.Retry(retries=1))
 np.savez(sys.argv[2], **{k: res.dt["posterior"][k].values for k in ("A", "C_mid", "A_recipe", "B_seed_sd")})
 """
 
@@ -535,6 +535,7 @@ def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path
         discrepancy=False,
         log_likelihood=False,
         n_devices=1,
+        retry=ONE_RETRY,
     )
     path = tmp_path / "study.parquet"
     study[1].table.to_parquet(path)
@@ -566,7 +567,7 @@ def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, mo
     from bayes_scalerl.posterior import hierarchy
 
     kw = dict(min_compute=1500, model="hierarchical", seed=4, chains=4, warmup=60, samples=60)
-    kw |= dict(discrepancy=False, log_likelihood=False, n_devices=1)
+    kw |= dict(discrepancy=False, log_likelihood=False, n_devices=1, retry=ONE_RETRY)
     monkeypatch.setattr(hierarchy, "pooled_fails", lambda rec: False)
     plain = bs.fit(study[1], **kw)
     traces = (P._warm_chains._cache_size(), P._draw_chains._cache_size())
@@ -589,8 +590,9 @@ def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, mo
             assert not np.array_equal(b[:, 60 // p :], a[:, : 60 - 60 // p]), name  # later passes moved on
     moved = most.dt["sample_stats"]["pool_moved"].values
     assert moved.shape == plain.dt["sample_stats"]["pool_moved"].values.shape
-    assert bs.fit(study[1], retry=False, **kw).settings["pool_passes"] == 1
-    assert bs.fit(study[1], retry=bs.Retry(max_pool_passes=1), **kw).settings["pool_passes"] == 1
+    assert bs.fit(study[1], **{**kw, "retry": False}).settings["pool_passes"] == 1
+    one_pass = bs.Retry(max_pool_passes=1, retries=1)
+    assert bs.fit(study[1], **{**kw, "retry": one_pass}).settings["pool_passes"] == 1
 
 
 def test_the_pooled_check_fails_on_chains_that_disagree_or_barely_move():
