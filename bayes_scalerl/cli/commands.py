@@ -131,8 +131,8 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
         "--no-retry",
         action="store_true",
         help="do not sample again the runs that fail the convergence checks (the same as --retries 0; "
-        "by default they are sampled once more at target_accept 0.99 with twice the draws; with --model "
-        "hierarchical, pooled chains that fail them run on, a pass of draws at a time, up to 4 passes)",
+        "by default they are sampled again, see --retries; with --model hierarchical, pooled chains "
+        "that fail them run on, a pass of draws at a time, up to 4 passes)",
     )
     p.add_argument(
         "--likelihood",
@@ -249,7 +249,7 @@ def _retry(args: argparse.Namespace) -> Retry | bool:
 
 def _retry_hint(args: argparse.Namespace) -> str | None:
     """What to try when runs of a fit did not converge, if more retries may help."""
-    if getattr(args, "model", "independent") != "independent" or not 0 < _retries(args) < 2:
+    if getattr(args, "model", "independent") != "independent" or not 0 < _retries(args) < Retry().retries:
         return None
     return (
         "  --retries 2 (the default) samples such runs once more, at target_accept 0.999 with four "
