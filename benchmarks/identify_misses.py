@@ -34,6 +34,9 @@ import pandas as pd
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, draw_params, simulate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from misspecification import parse_method  # noqa: E402
+
 __all__ = ["DEPARTURE", "scenario_runs", "verdicts", "main"]
 
 #: The column holding where each family's departure from the sigmoid is half done.
@@ -50,19 +53,27 @@ def scenario_runs(seed: int, family: str, noise: str, n_runs: int, n_evals: int 
     return curves, params
 
 
-def _fit_identify(curves: pd.DataFrame, until: pd.Series, seed: int) -> pd.DataFrame:
+def _fit_identify(
+    curves: pd.DataFrame, until: pd.Series, seed: int, fit_kwargs: dict | None = None
+) -> pd.DataFrame:
     cut = curves[curves["compute"] <= curves["run"].map(until)]
     binomial = "n_eval" in cut and cut["n_eval"].notna().all()
     cols = ["run", "compute", "reward"] + (["n_eval"] if binomial else [])
-    res = bs.fit(bs.Runs.from_frame(cut[cols], source="<identify misses>"), seed=seed, progress=False)
+    runs = bs.Runs.from_frame(cut[cols], source="<identify misses>")
+    res = bs.fit(runs, seed=seed, progress=False, **(fit_kwargs or {}))
     return bs.identifiability(res).set_index("run")
 
 
-def verdicts(curves: pd.DataFrame, params: pd.DataFrame, h: float, seed: int) -> pd.DataFrame:
-    """One row per run: the verdict at ``1 / h`` of the compute, the truth, and the half-window refit."""
+def verdicts(
+    curves: pd.DataFrame, params: pd.DataFrame, h: float, seed: int, fit_kwargs: dict | None = None
+) -> pd.DataFrame:
+    """One row per run: the verdict at ``1 / h`` of the compute, the truth, and the half-window refit.
+
+    ``fit_kwargs``: more arguments of :func:`bayes_scalerl.fit` (both fits).
+    """
     c_max = curves.groupby("run")["compute"].max()
-    now = _fit_identify(curves, c_max / h, seed)
-    before = _fit_identify(curves, now["max_fit_compute"] / 2.0, seed + 1)
+    now = _fit_identify(curves, c_max / h, seed, fit_kwargs)
+    before = _fit_identify(curves, now["max_fit_compute"] / 2.0, seed + 1, fit_kwargs)
     out = now[
         ["max_fit_compute", "a_median", "a_q05", "a_q95", "a_width90", "a_identified", "converged"]
     ].copy()
@@ -99,15 +110,23 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--horizons", default="2,4")
     ap.add_argument("--runs-per-scenario", type=int, default=48)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--fit",
+        default="{}",
+        metavar="JSON",
+        help="more bs.fit arguments (JSON, as in misspecification.py's --method), for example "
+        '\'{"discrepancy": {"per_run": false}}\'',
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    fit_kwargs = parse_method(f"fit={args.fit}")[1]
     t0 = time.perf_counter()
     rows = []
     for family in args.families.split(","):
         for noise in args.noises.split(","):
             curves, params = scenario_runs(args.seed, family, noise, args.runs_per_scenario)
             for h in (float(x) for x in args.horizons.split(",")):
-                v = verdicts(curves, params, h, args.seed)
+                v = verdicts(curves, params, h, args.seed, fit_kwargs)
                 rows.append(v.assign(family=family, noise=noise, horizon=f"{h:g}x"))
                 print(f"{family}/{noise} {h:g}x: {int(v['a_identified'].sum())} identified", flush=True)
     runs = pd.concat(rows, ignore_index=True)

@@ -298,6 +298,23 @@ def test_argument_errors():
         backtest(df, fit_until=1e6)
 
 
+def test_the_baseline_samples_failing_runs_again_once_at_most():
+    # version 0.1's model is scored beside the default, not reported: its failing runs get
+    # the second attempt (as before 2026-12-06), not the default's third
+    from bayes_scalerl.analyses.backtest import _version_01
+
+    assert _version_01({})["retry"] == bs.Retry(retries=1)
+    assert _version_01({"retry": True})["retry"] == bs.Retry(retries=1)
+    wide = bs.Retry(target_accept=0.95, retries=3)
+    assert _version_01({"retry": wide})["retry"] == wide._replace(retries=1)
+    assert _version_01({"retry": bs.Retry(retries=1)})["retry"] == bs.Retry(retries=1)
+    assert _version_01({"retry": False})["retry"] is None
+    base = _version_01({"retry": wide, "chains": 2})
+    assert base["chains"] == 2 and base["discrepancy"] is False and base["priors"].likelihood == "gaussian"
+    with pytest.raises(ValueError, match="retry must be"):
+        _version_01({"retry": "twice"})
+
+
 # ---------------------------------------------------------------------- real curves
 DAPO_DIR = Path(
     os.environ.get(
