@@ -9,6 +9,12 @@ calibrated discrepancy), ``gaussian`` (version 0.1's default, the exact sigmoid 
 independent Gaussian noise, fitted beside it), the paper's least-squares fit (``ls``) and its
 residual bootstrap (``boot``).
 
+``--digitise N`` scores the curves as a paper's figure shows them instead, a stand-in for
+the digitised figures among the team's held-out sets: each curve smoothed (an exponential
+moving average over ``--smooth`` evaluations, as W&B's plots smooth), read at the
+evaluations nearest to ``N`` computes evenly spaced in log compute (a log-x axis, so
+compute 0 is not on it) and rounded to 0.001.
+
 Usage::
 
     python benchmarks/dapo_backtest.py --data ../shared/data/dapo-metrics \\
@@ -27,15 +33,37 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
 
-__all__ = ["main", "run"]
+__all__ = ["digitised", "main", "run"]
 
 METRIC = "val-core/*/acc/mean@1"
 COLUMNS = ["method", "n_runs", "n_points", "coverage50", "coverage90", "width90", "crps", "median_abs_error"]
+
+
+def digitised(runs: bs.Runs, points: int, span: float = 5.0) -> bs.Runs:
+    """Each curve as a figure shows it: smoothed, read at ``points`` log-spaced computes, rounded.
+
+    The reward is an exponential moving average over ``span`` evaluations (in their order),
+    kept at the evaluations nearest to ``points`` computes evenly spaced in log compute
+    between the first evaluation after compute 0 and the last (duplicates once), rounded to
+    0.001. Evaluations at compute 0 are dropped: a log axis does not show them.
+    """
+    parts = []
+    for _, d in runs.table.groupby("run", sort=False):
+        d = d[d["compute"] > 0].sort_values("compute")
+        if d.empty:
+            continue
+        c = d["compute"].to_numpy(float)
+        grid = np.geomspace(c[0], c[-1], int(points))
+        near = np.abs(np.log(c)[None, :] - np.log(grid)[:, None]).argmin(axis=1)
+        smooth = d["reward"].ewm(span=span).mean().round(3)
+        parts.append(d.assign(reward=smooth).iloc[np.unique(near)])
+    return dataclasses.replace(runs, table=pd.concat(parts, ignore_index=True))
 
 
 def run(
@@ -47,13 +75,18 @@ def run(
     discrepancy: bs.Discrepancy | None = None,
     metric: Sequence[str] = (METRIC,),
     model: str = "independent",
+    digitise: int | None = None,
+    smooth: float = 5.0,
 ) -> pd.DataFrame:
     """Scores of every method at every fraction (one row per fraction and method).
 
     ``model="hierarchical"`` pools every curve as its own recipe (one population: the
     verl reader's recipe is the curve, but one training run's several metrics share it).
+    ``digitise``: score the curves as :func:`digitised` reads them (``smooth`` its span).
     """
     runs = bs.read_any(data, format="verl", metric=list(metric), gpus=gpus)
+    if digitise is not None:
+        runs = digitised(runs, digitise, smooth)
     if model == "hierarchical":
         table = runs.table.drop(columns=[c for c in ("training_run",) if c in runs.table.columns])
         runs = dataclasses.replace(runs, table=table.assign(recipe=table["run"]))
@@ -216,6 +249,14 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         default="independent",
         help="the `bayes` fit's model (hierarchical: every curve its own recipe, pooled as one population)",
     )
+    p.add_argument(
+        "--digitise",
+        type=int,
+        default=None,
+        metavar="N",
+        help="score each curve as a paper's figure shows it: smoothed, read at N log-spaced computes",
+    )
+    p.add_argument("--smooth", type=float, default=5.0, help="with --digitise: the moving average's span (5)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
@@ -235,7 +276,9 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             r = tuple(float(x) for x in a.ratio.split(","))
             kw["ratio"] = r[0] if len(r) == 1 else r
         disc = bs.Discrepancy(**kw)
-    scores = run(a.data, fractions, a.gpus, a.seed, priors, disc, a.metric or (METRIC,), a.model)
+    scores = run(
+        a.data, fractions, a.gpus, a.seed, priors, disc, a.metric or (METRIC,), a.model, a.digitise, a.smooth
+    )
     import jax
     import numpyro
 
@@ -251,7 +294,14 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"Metric(s) {', '.join(f'`{m}`' for m in (a.metric or (METRIC,)))} of every verl log "
-        f"(GPU-hours = wall hours x {a.gpus:g}); each curve fitted on "
+        f"(GPU-hours = wall hours x {a.gpus:g})"
+        + (
+            f", each curve as a figure shows it (smoothed over {a.smooth:g} evaluations, read at "
+            f"{a.digitise} computes evenly spaced in log compute, rounded to 0.001; `--digitise`)"
+            if a.digitise
+            else ""
+        )
+        + "; each curve fitted on "
         "compute <= fraction x its largest compute (4 chains x 500 + 500), every later evaluation scored. "
         f"`bayes`: the fit's predictive ({'hierarchical model, ' if a.model == 'hierarchical' else ''}"
         f"likelihood {a.likelihood}"
