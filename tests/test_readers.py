@@ -142,9 +142,8 @@ def test_verl_glob_gives_tasks_and_reports_metrics_missing_in_a_run(tmp_path):
     assert set(cs) == {("a", "val/gsm8k/acc"), ("a", "val/math/acc"), ("b", "val/gsm8k/acc")}
     assert cs[("a", "val/math/acc")]["reward"].tolist() == [0.5, 0.6, 0.7]
     assert cs[("b", "val/gsm8k/acc")]["reward"].tolist() == [0.15, 0.25, 0.35]
-    assert (
-        "run 'b': metric 'val/math/acc' (found in other runs) is never logged here; no curve." in runs.notes
-    )
+    assert "metric 'val/math/acc' is logged in 1 of 2 runs and never in 'b'; no curve there." in runs.notes
+    assert not any("'val/gsm8k/acc' is logged" in n for n in runs.notes)  # every run logs it
     # the same (run, compute) appears under two tasks: the key is (run, task, compute)
     assert cs[("a", "val/gsm8k/acc")]["compute"].tolist() == cs[("a", "val/math/acc")]["compute"].tolist()
 
@@ -533,3 +532,17 @@ def test_read_any_detects_and_refuses_to_guess(tmp_path):
         assert str(path) in msg, msg
         for w in words:
             assert w in msg, (w, msg)
+
+
+def test_a_metric_missing_in_many_runs_gives_one_note():
+    # a glob matching mean@4 in some logs and mean@16 in others: one note per metric, not per run
+    from bayes_scalerl.data.readers import _missing_notes
+
+    runs = [(f"r{i}", ["m@16"] if i < 2 else ["m@4"]) for i in range(9)]
+    notes = _missing_notes("tag", ["m@16", "m@4"], runs)
+    assert notes == [
+        "tag 'm@16' is logged in 2 of 9 runs and never in 'r2', 'r3', 'r4', 'r5', 'r6' and 2 more; "
+        "no curve there.",
+        "tag 'm@4' is logged in 7 of 9 runs and never in 'r0', 'r1'; no curve there.",
+    ]
+    assert _missing_notes("metric", ["m@4"], [("a", ["m@4"])]) == []

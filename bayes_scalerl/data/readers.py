@@ -296,6 +296,30 @@ def _seconds(where: str, value: object, key: str = _VERL_TIME_KEY) -> float:
     return float(value)
 
 
+#: Runs named in a note on a metric some runs never log (the rest are counted).
+_MAX_NAMED = 5
+
+
+def _missing_notes(kind: str, names: list[str], runs: list[tuple[str, list[str]]]) -> list[str]:
+    """One note per metric (or tag) that some runs log and others never do.
+
+    A glob that matches ``mean@4`` in some logs and ``mean@16`` in others would otherwise
+    give a note per run and metric; this gives one per metric, naming the runs without it.
+    """
+    notes = []
+    for m in names:
+        without = [run for run, matched in runs if m not in matched]
+        if not without:
+            continue
+        named = ", ".join(repr(r) for r in without[:_MAX_NAMED])
+        more = f" and {len(without) - _MAX_NAMED} more" if len(without) > _MAX_NAMED else ""
+        notes.append(
+            f"{kind} {m!r} is logged in {len(runs) - len(without)} of {len(runs)} runs and never in "
+            f"{named}{more}; no curve there."
+        )
+    return notes
+
+
 def read_verl(
     path: str | os.PathLike,
     *,
@@ -377,17 +401,13 @@ def read_verl(
         run = run_name if run_name is not None else file.stem
         per_file.append((file, run, lines, summed, matched))
     curves: list[tuple[str, str, list[_Point]]] = []
+    notes += _missing_notes("metric", all_metrics, [(run, matched) for _, run, _, _, matched in per_file])
     for file, run, lines, summed, matched in per_file:
         if rule.unit == "seconds" and summed:
             notes.append(
                 f"run {run!r}: training seconds are the running sum of {_VERL_STEP_TIMER!r} "
                 f"(the file has no {_VERL_TIME_KEY!r})."
             )
-        for m in all_metrics:
-            if m not in matched:
-                notes.append(
-                    f"run {run!r}: metric {m!r} (found in other runs) is never logged here; no curve."
-                )
         for m in matched:
             points: list[_Point] = []
             absent = 0
@@ -529,10 +549,8 @@ def read_tensorboard(
         loaded.append((run, folder, acc, matched))
 
     curves: list[tuple[str, str, list[_Point]]] = []
+    notes += _missing_notes("tag", all_tags, [(run, matched) for run, _, _, matched in loaded])
     for run, folder, acc, matched in loaded:
-        for t in all_tags:
-            if t not in matched:
-                notes.append(f"run {run!r}: tag {t!r} (found in other runs) is never logged here; no curve.")
         for t in matched:
             events = acc.Tensors(t)
             origin = None
