@@ -18,6 +18,7 @@ from bayes_scalerl.models.scalerl import (
     n_dim,
     z_index,
 )
+from bayes_scalerl.models.shape_noise import ar1_lags
 
 #: These tests call the model's JAX internals directly: run them in float64 (see conftest).
 pytestmark = pytest.mark.usefixtures("float64")
@@ -48,6 +49,49 @@ def test_ar1_marginal_likelihood_equals_quadrature_with_the_full_covariance(rho)
     s = 1 / (1 + np.exp(-1.8 * (np.log(C) - lC)))
     i = np.arange(C.size)
     cov = sigma**2 * rho ** np.abs(i[:, None] - i[None, :])
+    want = _brute_log_norm(y, s, R0, cov, 1 - R0)
+    assert float(got.log_norm) == pytest.approx(want, rel=1e-7, abs=1e-7)
+
+
+def test_ar1_lags_count_median_spacings():
+    c = np.array([[0.0, 100.0, 200.0, 300.0, 500.0, 900.0, 1000.0]])
+    m = np.array([[True, True, True, True, True, True, False]])
+    # fitted gaps beyond compute 0: 100, 100, 200, 400 (median 150): 0.67 -> 1, 1, 1.33 -> 1, 2.67 -> 3
+    np.testing.assert_array_equal(ar1_lags(c, m), [[1, 1, 1, 1, 1, 3, 1]])
+    # evenly spaced steps, whatever the wall-clock jitter, have every lag 1: no lags at all
+    even = np.linspace(100.0, 1500.0, 15)[None] + 20.0 * np.random.default_rng(0).uniform(-1, 1, 15)
+    assert ar1_lags(even, np.ones_like(even, bool)) is None
+    # evaluations every 50 steps whose steps grow 4x dearer: uneven in compute, lag 1 in steps
+    steps = np.arange(1.0, 16.0) * 50
+    dear = np.cumsum(np.linspace(1.0, 4.0, 15)) * 10
+    assert ar1_lags(dear[None], np.ones((1, 15), bool)) is not None
+    assert ar1_lags(dear[None], np.ones((1, 15), bool), steps[None]) is None
+    # a skipped evaluation is a lag of 2 in steps; a run with a missing step counts in compute
+    gap = np.delete(steps, 7)
+    both = np.stack([gap, gap])
+    with_nan = both.copy()
+    with_nan[1, 3] = np.nan
+    lags = ar1_lags(np.stack([np.delete(dear, 7)] * 2), np.ones((2, 14), bool), with_nan)
+    assert lags[0].tolist() == [1.0] * 7 + [2.0] + [1.0] * 6
+    assert lags[1].tolist() == ar1_lags(np.delete(dear, 7)[None], np.ones((1, 14), bool))[0].tolist()
+
+
+@pytest.mark.parametrize("rho", [0.6, -0.4])
+def test_ar1_on_uneven_spacing_is_the_grid_process_seen_at_the_points(rho):
+    # points evenly spaced in log compute: the AR(1) runs on the grid of the median spacing,
+    # a gap of k spacings is k of its steps, so the covariance is rho ** (grid distance)
+    pri = bs.Priors(likelihood="ar1", rho=None)
+    c = np.geomspace(1000.0, 8000.0, 15)
+    rng = np.random.default_rng(0)
+    y = 0.25 + 0.35 / (1 + (3000.0 / c) ** 1.8) + 0.01 * rng.standard_normal(c.size)
+    lag = ar1_lags(c, np.ones(c.size, bool))
+    d = make_run_data(c, y, np.ones(c.size, bool), 0.25, 8000.0, pri, ar_lag=lag)
+    assert lag[0] == 1 and set(lag[1:]) == {1.0, 2.0, 3.0}  # the spacing grows along the run
+    lB, lC, sigma, R0 = np.log(1.8), np.log(3000.0), 0.012, 0.25
+    got = gain_conditional(lB, lC, sigma, jnp.asarray(R0), d, pri, rho=jnp.asarray(rho))
+    s = 1 / (1 + np.exp(-1.8 * (np.log(c) - lC)))
+    t = np.cumsum(lag) - lag[0]
+    cov = sigma**2 * rho ** np.abs(t[:, None] - t[None, :])
     want = _brute_log_norm(y, s, R0, cov, 1 - R0)
     assert float(got.log_norm) == pytest.approx(want, rel=1e-7, abs=1e-7)
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import QUICK
 from scipy import integrate, stats
 
 import bayes_scalerl as bs
+from bayes_scalerl.engine import padded_inputs
 from bayes_scalerl.models.scalerl import ar1_whiten, gain_conditional, make_run_data
 from bayes_scalerl.models.shape_noise import (
     apply_whitening,
+    ar1_lags,
     correlation_matrix,
     noise_forecast,
     shape_noise_arrays,
@@ -75,6 +78,81 @@ def test_the_kalman_filter_whitens_as_the_dense_cholesky_factor():
             got = np.asarray(apply_whitening(jnp.asarray(coef[i]), jnp.asarray(v[i]), parallel))
             assert got == pytest.approx(v[i] @ W[i].T, abs=1e-12)
         assert np.log(coef[i, :, 8]) == pytest.approx(np.log(np.diagonal(W[i])), abs=1e-12)
+
+
+def test_with_lags_the_filter_and_the_forecast_are_the_grid_process_seen_at_the_points():
+    """Points evenly spaced in log compute (a digitised figure): the AR(1) part runs on the
+    grid of the median spacing, so its correlation is ``rho ** (grid distance)``; the
+    filter whitens as the dense factor of that matrix, and the forecast is its Gaussian
+    conditional."""
+    rng = np.random.default_rng(11)
+    c = np.geomspace(100.0, 6400.0, 16)
+    mask = np.ones(16, bool)
+    lag = ar1_lags(c, mask)
+    assert lag is not None and lag[0] == 1 and lag.max() > 2  # late steps span several spacings
+    x = np.log(c)
+    rho, kappa, ell = 0.7, 0.8, 1.5
+    W, logdet = whitening(x, mask, rho, kappa, ell, xp=np, lag=lag)
+    t = np.cumsum(lag) - lag[0]
+    K = rho ** np.abs(t[:, None] - t[None, :]) + kappa**2 * np.exp(-np.abs(x[:, None] - x[None, :]) / ell)
+    assert W @ K @ W.T == pytest.approx(np.eye(16), abs=1e-9)
+    coef, ss_logdet = state_space_whitening(x, mask, rho, kappa, ell, lag)
+    assert float(ss_logdet) == pytest.approx(float(logdet), rel=1e-10)
+    v = rng.standard_normal((3, 16))
+    assert np.asarray(apply_whitening(jnp.asarray(coef), jnp.asarray(v))) == pytest.approx(v @ W.T, abs=1e-10)
+    # the forecast 1 and 4 median spacings beyond the last point
+    fit = c <= 3000.0
+    lag_fit = ar1_lags(c, fit)
+    new = np.array(
+        [[c[fit][-1] + 1.0 * np.median(np.diff(c[fit])), c[fit][-1] + 4.0 * np.median(np.diff(c[fit]))]]
+    )
+    ahead = steps_ahead(c[None], fit[None], new)
+    e = rng.normal(0, 0.01, (1, 2, 16))
+    mean, sd = noise_forecast(x[None], fit[None], e, np.log(new), ahead, rho, kappa, ell, lag_fit[None])
+    f = np.flatnonzero(fit)
+    pos = np.concatenate([(np.cumsum(lag_fit) - 1)[f], (np.cumsum(lag_fit) - 1)[f][-1] + ahead[0]])
+    lc = np.concatenate([x[f], np.log(new[0])])
+    S = rho ** np.abs(pos[:, None] - pos[None, :]) + kappa**2 * np.exp(
+        -np.abs(lc[:, None] - lc[None, :]) / ell
+    )
+    k = f.size
+    for j in range(2):
+        w = np.linalg.solve(S[:k, :k], S[:k, k + j])
+        assert mean[0, :, j] == pytest.approx(e[0][:, f] @ w, rel=1e-9)
+        assert sd[0, j] ** 2 == pytest.approx(S[k + j, k + j] - S[k + j, :k] @ w, rel=1e-9)
+
+
+def _curves(compute, n_runs=3, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = [
+        pd.DataFrame(
+            {
+                "run": f"r{i}",
+                "compute": compute,
+                "reward": 0.3
+                + 0.3 / (1 + (2000.0 / np.maximum(compute, 1e-9)) ** 1.5)
+                + 0.01 * rng.standard_normal(compute.size),
+            }
+        )
+        for i in range(n_runs)
+    ]
+    return bs.Runs.from_frame(pd.concat(rows, ignore_index=True))
+
+
+def test_the_engine_gets_lags_only_where_the_points_are_unevenly_spaced():
+    even = _curves(np.arange(0.0, 4001.0, 250.0) + 50.0 * np.sin(np.arange(17)))  # wall-clock jitter
+    assert "ar_lag" not in padded_inputs(even.window())  # even steps: the program without lags
+    digitised = _curves(np.concatenate([[0.0], np.geomspace(100.0, 6400.0, 16)]))
+    arrays = padded_inputs(digitised.window())
+    assert arrays["ar_lag"].shape == arrays["reward"].shape and arrays["ar_lag"].max() > 2
+    # every 50 steps, each step dearer than the last (4x by the end): lag 1 in steps
+    steps = np.arange(17) * 50
+    dear = _curves(np.concatenate([[0.0], np.cumsum(np.linspace(1.0, 4.0, 16)) * 25]))
+    assert "ar_lag" in padded_inputs(dear.window())
+    dear = bs.Runs.from_frame(dear.table.assign(step=np.tile(steps, 3)))
+    window = dear.window(min_compute=60.0)  # the window's steps are its fitted points'
+    first = int(np.argmax(dear.table["compute"].to_numpy()[:17] >= 60.0))
+    assert window.step[0, 0] == steps[first] and "ar_lag" not in padded_inputs(window)
 
 
 def test_gain_conditional_integrates_the_gain_under_the_correlated_noise():
@@ -272,3 +350,45 @@ def test_pointwise_loglik_sums_to_the_joint_density():
     f = np.flatnonzero(mask)
     joint = stats.multivariate_normal(mu, 0.012**2 * K[np.ix_(f, f)]).logpdf(y[f])
     assert ll[mask].sum() == pytest.approx(joint, abs=1e-8)
+
+
+@pytest.mark.parametrize("ou", [None, (1.2, 0.8)])
+def test_pointwise_loglik_on_uneven_points_sums_to_the_grid_processs_density(ou):
+    """Points evenly spaced in log compute: the pointwise log-likelihood (AR(1) alone, and
+    with departures) counts each step's lag, as the joint density of the grid process."""
+    from bayes_scalerl.models.sigmoid import SigmoidModel
+
+    rng = np.random.default_rng(4)
+    c = np.concatenate([[0.0], np.geomspace(100.0, 3500.0, 12)])
+    mask = c > 0
+    y = 0.3 + 0.2 * mask * (c / 3500) + rng.normal(0, 0.01, c.size)
+    priors = bs.Priors(shape_noise=ou, rho=0.6)
+    lag = ar1_lags(c, mask)
+    assert lag.max() > 2
+    data = make_run_data(
+        c, y, mask, 0.3, 3500.0, priors, rho=0.6, ou=None if ou is None else jnp.array(ou), ar_lag=lag
+    )
+    params = {"A": 0.6, "B": 1.5, "C_mid": 2000.0, "sigma": 0.012}
+    ll = np.asarray(SigmoidModel(priors).loglik({k: jnp.asarray(v) for k, v in params.items()}, data))
+    mu = 0.3 + 0.3 / (1 + (2000.0 / c[mask]) ** 1.5)
+    kappa, ell = ou if ou is not None else (0.0, 1.0)
+    K = correlation_matrix(np.log(np.where(mask, c, 1.0)), mask, 0.6, kappa, ell, xp=np, lag=lag)
+    f = np.flatnonzero(mask)
+    joint = stats.multivariate_normal(mu, 0.012**2 * K[np.ix_(f, f)]).logpdf(y[f])
+    assert ll[mask].sum() == pytest.approx(joint, abs=1e-8)
+
+
+def test_a_fit_of_log_spaced_points_says_its_lags_and_keeps_the_steps(keep_programs):
+    """Points read off a log-x figure (no steps): the fit counts the lags and says so; the
+    same points with their steps every 50 steps have lag 1 (no lags), as a log has."""
+    rng = np.random.default_rng(8)
+    truth = bs.random_truth(rng, 3, C_mid=(1500.0, 4000.0))
+    c = np.concatenate([[0.0], np.geomspace(200.0, 8000.0, 16)])
+    df = bs.simulate_runs(truth, c, rng, ar1=0.5)
+    res = bs.fit(df, seed=0, fit_until=4000, **QUICK)
+    assert "uneven spacing in 3 run(s)" in res.settings["noise"]
+    assert np.isfinite(res.predict(np.array([6000.0, 8000.0]))["q95"]).all()
+    stepped = df.assign(step=np.tile(np.arange(17) * 50, 3))
+    res_steps = bs.fit(stepped, seed=0, fit_until=4000, **QUICK)
+    assert "uneven" not in res_steps.settings["noise"]
+    assert res_steps.dt["constant_data"]["step"].values[0].tolist() == (np.arange(17) * 50).tolist()

@@ -106,6 +106,9 @@ class FitWindow(NamedTuple):
     ou : ndarray, shape (run, 2), optional
         Each run's smooth departures from the sigmoid, ``(kappa, ell)``
         (``Priors(shape_noise=...)``): data of the program, like ``rho``.
+    step : ndarray, shape (run, point), optional
+        The training step of each point (the ``step`` column; NaN where unknown), which
+        the AR(1) noise's lags count in (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`).
     """
 
     compute: np.ndarray
@@ -116,6 +119,7 @@ class FitWindow(NamedTuple):
     n_eval: np.ndarray | None = None
     rho: np.ndarray | None = None
     ou: np.ndarray | None = None
+    step: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -273,11 +277,8 @@ class Runs:
         df = df.assign(run=cat).sort_values(["run", "compute"], kind="stable")
         return Runs(df.assign(run=df["run"].astype(str)).reset_index(drop=True), self.source, self.notes)
 
-    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every evaluation as NaN-padded (run, point) arrays, runs in :attr:`names` order.
-
-        Returns ``compute, reward, n_eval`` (``n_eval`` NaN without the column).
-        """
+    def _padded_columns(self, *values: np.ndarray) -> list[np.ndarray]:
+        """Per-row ``values`` as NaN-padded (run, point) arrays, runs in :attr:`names` order."""
         table = self.table
         names = self.names
         row = pd.Categorical(table["run"], categories=names).codes.astype(np.int64)
@@ -287,14 +288,31 @@ class Runs:
         row = row[order]
         col = np.arange(len(row)) - starts[row]
         width = int(sizes.max())
+        out = []
+        for v in values:
+            a = np.full((len(names), width), np.nan)
+            a[row, col] = np.asarray(v, float)[order]
+            out.append(a)
+        return out
 
-        def fill(values: np.ndarray) -> np.ndarray:
-            out = np.full((len(names), width), np.nan)
-            out[row, col] = values[order]
-            return out
+    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every evaluation as NaN-padded (run, point) arrays, runs in :attr:`names` order.
 
+        Returns ``compute, reward, n_eval`` (``n_eval`` NaN without the column).
+        """
+        table = self.table
         n_eval = table["n_eval"].to_numpy(float) if "n_eval" in table.columns else np.full(len(table), np.nan)
-        return fill(table["compute"].to_numpy(float)), fill(table["reward"].to_numpy(float)), fill(n_eval)
+        c, r, n = self._padded_columns(
+            table["compute"].to_numpy(float), table["reward"].to_numpy(float), n_eval
+        )
+        return c, r, n
+
+    def padded_step(self) -> np.ndarray | None:
+        """The ``step`` column laid out as :meth:`padded` lays out ``compute`` (NaN where
+        a step is missing or not a number), or None without the column."""
+        if "step" not in self.table.columns:
+            return None
+        return self._padded_columns(pd.to_numeric(self.table["step"], errors="coerce").to_numpy(float))[0]
 
     def window(
         self,
@@ -352,6 +370,15 @@ class Runs:
         # each run's kept points first, in order; padding repeats its last kept point
         p = packing(keep, width)
         compute, reward, n_eval = pack(c_all, p), pack(r_all, p), pack(ne_all, p)
+        s_all = self.padded_step()
         mask = p.keep
         rows = np.arange(len(names))
-        return FitWindow(compute, reward, mask, r_all[:, 0].copy(), compute[rows, n_keep - 1], n_eval)
+        return FitWindow(
+            compute,
+            reward,
+            mask,
+            r_all[:, 0].copy(),
+            compute[rows, n_keep - 1],
+            n_eval,
+            step=None if s_all is None else pack(s_all, p),
+        )

@@ -128,7 +128,10 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     """A :class:`~bayes_scalerl.data.runs.FitWindow`'s arrays, points padded to a multiple of 8.
 
     ``n_eval=True`` adds the ``n_eval`` column (needed by the binomial likelihood); a
-    window with a fixed AR(1) correlation adds ``rho`` (one per run).
+    window with a fixed AR(1) correlation adds ``rho`` (one per run); a window whose
+    fitted points are not evenly spaced adds ``ar_lag``, each point's AR(1) lag
+    (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`; left out when every lag is 1, so
+    that evenly spaced logs run the program without lags, exactly as before).
     """
     n_points = window.reward.shape[1]
     width = max(8, 8 * math.ceil(n_points / 8))
@@ -150,6 +153,11 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     }
     if getattr(window, "rho", None) is not None:
         out["rho"] = np.asarray(window.rho, dtype=np.float64)
+    from ..models.shape_noise import ar1_lags
+
+    lag = ar1_lags(window.compute, window.mask, getattr(window, "step", None))
+    if lag is not None:
+        out["ar_lag"] = np.concatenate([lag, np.ones((lag.shape[0], pad_p))], axis=1)
     if getattr(window, "ou", None) is not None:  # each chunk adds its whitening (_with_whitening)
         out["ou"] = np.asarray(window.ou, dtype=np.float64)
     if n_eval:
@@ -175,7 +183,9 @@ def _with_whitening(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     positive = arrays["compute"] > 0
     log_c = np.log(np.where(positive, arrays["compute"], 1.0))
     rho = arrays.get("rho", np.zeros(ou.shape[0]))
-    W, logdet = state_space_whitening(log_c, arrays["mask"] & positive, rho, ou[:, 0], ou[:, 1])
+    W, logdet = state_space_whitening(
+        log_c, arrays["mask"] & positive, rho, ou[:, 0], ou[:, 1], arrays.get("ar_lag")
+    )
     return {**arrays, "whiten": W, "whiten_logdet": logdet}
 
 

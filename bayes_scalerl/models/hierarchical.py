@@ -49,6 +49,7 @@ from numpyro.infer import MCMC, NUTS
 from ..data.runs import DataError, FitWindow, Runs
 from .priors import Priors
 from .scalerl import RunData, gain_conditional, make_run_data, truncnorm_draw
+from .shape_noise import ar1_lags
 
 __all__ = ["HierPriors", "HierIndex", "hierarchy_index", "hierarchical_model", "sample_hierarchical"]
 
@@ -327,6 +328,7 @@ def sample_hierarchical(
         window.c_ref,
         Priors(likelihood="ar1", rho=0.0) if ar1 else Priors(),
         rho=window.rho,
+        ar_lag=ar1_lags(window.compute, window.mask, window.step) if ar1 else None,
     )
     log_c_ref = float(np.log(hp.C_mid_median if hp.C_mid_median is not None else np.median(window.c_ref)))
     k_mcmc, k_A = jax.random.split(key)

@@ -313,7 +313,7 @@ def pool_data(
         else float(np.log(np.median(np.exp(np.asarray(data.log_c_mid_loc)))))
     )
     m = jnp.asarray(data.mask, dtype=jnp.float64)
-    r = ar1_whiten(data.y - data.R0[:, None], data.mask, data.rho[:, None])
+    r = ar1_whiten(data.y - data.R0[:, None], data.mask, data.rho[:, None], data.ar_lag)
     f = lambda a: jnp.asarray(a, dtype=jnp.float64)  # noqa: E731
     i = lambda a: jnp.asarray(a, dtype=jnp.int32)  # noqa: E731
     full = PoolData(
@@ -393,10 +393,13 @@ def _sums(lB, lC, pd: PoolData):
     """
     data = pd.data
     rho = data.rho[:, None]
-    s = ar1_whiten(point_fractions(lB[pd.train][:, None], lC[pd.train][:, None], data), data.mask, rho)
+    s = ar1_whiten(
+        point_fractions(lB[pd.train][:, None], lC[pd.train][:, None], data), data.mask, rho, data.ar_lag
+    )
     m = data.mask.astype(s.dtype)
     ms = m * s
-    return jnp.sum(ms * s, -1), jnp.sum(ms * ar1_whiten(data.y - data.R0[:, None], data.mask, rho), -1)
+    r = ar1_whiten(data.y - data.R0[:, None], data.mask, rho, data.ar_lag)
+    return jnp.sum(ms * s, -1), jnp.sum(ms * r, -1)
 
 
 def _gain_given(Ss, Sy, sigma, mu0, tau, upper):

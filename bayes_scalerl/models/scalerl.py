@@ -98,6 +98,7 @@ __all__ = [
     "log_density",
     "gain_conditional",
     "refresh_sigma",
+    "ar1_phi",
     "ar1_whiten",
     "level_ref",
     "LEVEL_SCALE",
@@ -158,6 +159,15 @@ class RunData(NamedTuple):
         the AR(1) recursion.
     whiten_logdet : array, shape (), optional
         ``log det`` of that correlation matrix.
+    ar_lag : array, shape (point,), optional
+        With the AR(1) likelihood: each fitted point's distance from the fitted point before
+        it, in the run's median spacing of fitted evaluations, rounded to a whole number of at
+        least 1 (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`; 1 elsewhere); ``None``
+        when every lag is 1. The correlation between the two is ``rho ** ar_lag``: evenly
+        spaced logs have every lag 1, and points spaced evenly in
+        log compute (a digitised figure) are further apart, and less correlated, late in
+        the run than early. The forecast counts its lag the same way
+        (:func:`~bayes_scalerl.models.shape_noise.steps_ahead`).
     """
 
     log_c: jax.Array
@@ -172,6 +182,7 @@ class RunData(NamedTuple):
     rho: jax.Array
     whiten: jax.Array | None = None
     whiten_logdet: jax.Array | None = None
+    ar_lag: jax.Array | None = None
 
 
 class Constrained(NamedTuple):
@@ -205,7 +216,7 @@ def binomial_variance(reward, n_eval):
 
 
 def make_run_data(
-    compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None, ou=None, whiten=None
+    compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None, ou=None, whiten=None, ar_lag=None
 ) -> RunData:
     """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
 
@@ -213,6 +224,9 @@ def make_run_data(
     ``rho`` (same shape as ``R0``) by the AR(1) likelihood with a fixed correlation only;
     without it a number in ``priors.rho`` is used, and ``"auto"`` or ``"reml"`` is
     estimated from these points (:func:`~bayes_scalerl.data.noise.estimate_rho`).
+    ``ar_lag`` (same shape as ``reward``) is the AR(1) likelihood's lag of each point
+    (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`; the engine's input ``"ar_lag"``
+    of :func:`~bayes_scalerl.engine.padded_inputs`); without it every lag is 1.
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
@@ -255,6 +269,10 @@ def make_run_data(
     # the observed share of the headroom gained by the end of the window: the gain
     # coordinate is centred where the gain equals the observed rise
     f_end = jnp.clip(end / (1.0 - R0), 0.02, 0.9)
+    if priors.likelihood != "ar1":
+        ar_lag = None
+    if ar_lag is not None:
+        ar_lag = jnp.asarray(ar_lag, dtype=jnp.float64)
     whiten_logdet = None
     if ou is None and isinstance(priors.shape_noise, tuple):
         ou = jnp.asarray(priors.shape_noise, dtype=jnp.float64)
@@ -269,14 +287,20 @@ def make_run_data(
             )
         ou = np.broadcast_to(np.asarray(ou, dtype=np.float64), R0.shape + (2,))
         coef, logdet = state_space_whitening(
-            np.asarray(log_c), np.asarray(mask_), np.asarray(rho), ou[..., 0], ou[..., 1]
+            np.asarray(log_c),
+            np.asarray(mask_),
+            np.asarray(rho),
+            ou[..., 0],
+            ou[..., 1],
+            None if ar_lag is None else np.asarray(ar_lag),
         )
         whiten, whiten_logdet = jnp.asarray(coef), jnp.asarray(logdet)
+    mask = jnp.asarray(mask, dtype=bool)
     return RunData(
         log_c=log_c,
         positive=positive,
         y=y,
-        mask=jnp.asarray(mask, dtype=bool),
+        mask=mask,
         R0=R0,
         log_c_mid_loc=loc,
         log_c_anchor=anchor,
@@ -285,6 +309,7 @@ def make_run_data(
         rho=rho,
         whiten=whiten,
         whiten_logdet=whiten_logdet,
+        ar_lag=ar_lag,
     )
 
 
@@ -487,10 +512,15 @@ def gain_conditional(
             r = apply_whitening(data.whiten, r)
             log_det = log_det + data.whiten_logdet
         elif rho is not None:
-            s = ar1_whiten(s, data.mask, rho)
-            r = ar1_whiten(r, data.mask, rho)
-            n_prev = jnp.sum(data.mask[1:] & data.mask[:-1])
-            log_det = log_det + n_prev * jnp.log1p(-(rho**2))
+            s = ar1_whiten(s, data.mask, rho, data.ar_lag)
+            r = ar1_whiten(r, data.mask, rho, data.ar_lag)
+            prev = data.mask[1:] & data.mask[:-1]
+            log_det = log_det + jnp.sum(prev) * jnp.log1p(-(rho**2))
+            if data.ar_lag is not None:  # points further apart than the median spacing (exactly 0 if none)
+                lagged = prev & (data.ar_lag[1:] != 1.0)
+                phi = ar1_phi(rho, data.ar_lag[1:])
+                extra = jnp.log1p(-(phi**2)) - jnp.log1p(-(rho**2))
+                log_det = log_det + jnp.sum(jnp.where(lagged, extra, 0.0))
         ms = m * s
         Ss = jnp.sum(ms * s) / var
         Sy = jnp.sum(ms * r) / var
@@ -590,13 +620,22 @@ def truncnorm_quantile(u, mean, sd, upper) -> jax.Array:
     return jnp.clip(mean + sd * t, 0.0, upper)
 
 
-def ar1_whiten(x: jax.Array, mask: jax.Array, rho: jax.Array) -> jax.Array:
+def ar1_phi(rho: jax.Array, lag: jax.Array | None) -> jax.Array:
+    """The AR(1) correlation from each point to the point before: ``rho ** lag`` (``rho`` where
+    the lag is 1 or not given, bit for bit)."""
+    if lag is None:
+        return rho
+    return jnp.where(lag == 1.0, rho, jnp.power(rho, lag))
+
+
+def ar1_whiten(x: jax.Array, mask: jax.Array, rho: jax.Array, lag: jax.Array | None = None) -> jax.Array:
     """AR(1) errors along the last axis made independent with the stationary sd.
 
-    A fitted point that follows a fitted point becomes ``(x_t - rho x_(t-1)) / sqrt(1 - rho^2)``,
-    other points stay as they are, so AR(1) errors of stationary sd ``sigma`` become
-    independent Normal(0, ``sigma``) errors (the transform's Jacobian does not depend on
-    the curve or ``sigma``). With ``rho`` 0 it returns ``x`` exactly.
+    A fitted point that follows a fitted point becomes ``(x_t - phi x_(t-1)) / sqrt(1 - phi^2)``
+    with ``phi = rho ** lag`` (:func:`ar1_phi`), other points stay as they are, so AR(1)
+    errors of stationary sd ``sigma`` become independent Normal(0, ``sigma``) errors (the
+    transform's Jacobian does not depend on the curve or ``sigma``). With ``rho`` 0 it
+    returns ``x`` exactly.
 
     Parameters
     ----------
@@ -605,10 +644,15 @@ def ar1_whiten(x: jax.Array, mask: jax.Array, rho: jax.Array) -> jax.Array:
         Fitted points; a gap breaks the chain of neighbours.
     rho : array
         Broadcastable against ``x`` (e.g. shape ``(..., 1)``).
+    lag : array, optional
+        Each point's lag from the point before
+        (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`, ``RunData.ar_lag``); default 1
+        everywhere.
     """
+    phi = ar1_phi(rho, lag)
     prev = jnp.concatenate([jnp.zeros_like(mask[..., :1]), mask[..., :-1]], axis=-1) & mask
     x_prev = jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
-    return jnp.where(prev, (x - rho * x_prev) * jax.lax.rsqrt(1.0 - rho * rho), x)
+    return jnp.where(prev, (x - phi * x_prev) * jax.lax.rsqrt(1.0 - phi * phi), x)
 
 
 def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
@@ -638,7 +682,7 @@ def refresh_sigma(key: jax.Array, z: jax.Array, data: RunData, priors: Priors) -
     if data.whiten is not None:
         resid = apply_whitening(data.whiten, resid)
     elif priors.likelihood == "ar1":
-        resid = ar1_whiten(resid, data.mask, p.rho[..., None])
+        resid = ar1_whiten(resid, data.mask, p.rho[..., None], data.ar_lag)
     rss = jnp.sum(m * resid * resid, axis=-1)
     n = jnp.sum(m)
     k_prop, k_acc = jax.random.split(key)

@@ -62,6 +62,7 @@ __all__ = [
     "shape_noise_arrays",
     "noise_forecast",
     "steps_ahead",
+    "ar1_lags",
 ]
 
 #: Grid of the departures' sd, in multiples of the evaluation noise's ``sigma``.
@@ -83,17 +84,19 @@ MAX_RUNS = 256
 MAX_POINTS = 200
 
 
-def _ar1_lags(mask, xp):
+def _ar1_lags(mask, xp, lag=None):
     """Lag between fitted points in fitted points, and whether they share a stretch.
 
     A stretch is a run of consecutive fitted points; a gap breaks the AR(1) chain, as in
     :func:`~bayes_scalerl.models.scalerl.ar1_whiten` (points in different stretches have
-    independent AR(1) parts). Shapes ``(..., point)`` -> two ``(..., point, point)``.
+    independent AR(1) parts). ``lag`` (:func:`ar1_lags`) counts each step in median
+    spacings instead of one. Shapes ``(..., point)`` -> two ``(..., point, point)``.
     """
     m = xp.asarray(mask)
     prev = xp.concatenate([xp.zeros_like(m[..., :1]), m[..., :-1]], axis=-1)
     stretch = xp.cumsum((m & ~prev).astype(xp.int32), axis=-1)
-    rank = xp.cumsum(m.astype(xp.int32), axis=-1)
+    step = m.astype(xp.int32) if lag is None else xp.where(m, xp.asarray(lag).astype(xp.int32), 0)
+    rank = xp.cumsum(step, axis=-1)
     lag = xp.abs(rank[..., :, None] - rank[..., None, :])
     return lag, stretch[..., :, None] == stretch[..., None, :]
 
@@ -103,7 +106,7 @@ def _ar1_correlation(rho, lag, xp):
     return xp.where(lag == 0, 1.0, xp.abs(rho) ** lag * xp.sign(rho) ** (lag % 2))
 
 
-def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
+def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp, lag=None):
     """Correlation of the fitted points' errors, identity on the others.
 
     Parameters
@@ -118,13 +121,16 @@ def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
         Broadcastable to the leading shape.
     xp : module
         ``jax.numpy`` (traced) or ``numpy``.
+    lag : array, shape (..., point), optional
+        Each fitted point's AR(1) lag from the one before, in median spacings
+        (:func:`ar1_lags`); default one evaluation.
 
     Returns
     -------
     array, shape (..., point, point)
     """
     m = xp.asarray(mask)
-    lag, same = _ar1_lags(m, xp)
+    lag, same = _ar1_lags(m, xp, lag)
     rho = xp.asarray(rho, dtype=log_c.dtype)[..., None, None]
     kappa = xp.asarray(kappa, dtype=log_c.dtype)[..., None, None]
     ell = xp.asarray(ell, dtype=log_c.dtype)[..., None, None]
@@ -135,7 +141,7 @@ def correlation_matrix(log_c, mask, rho, kappa, ell, xp=jnp):
     return xp.where(both, ar + ou, eye)
 
 
-def whitening(log_c, mask, rho, kappa, ell, xp=jnp):
+def whitening(log_c, mask, rho, kappa, ell, xp=jnp, lag=None):
     """Whitening matrix ``L^-1`` of :func:`correlation_matrix` and ``log det`` of it.
 
     ``L^-1 e`` has independent unit-variance entries when ``e`` has the correlation
@@ -144,7 +150,7 @@ def whitening(log_c, mask, rho, kappa, ell, xp=jnp):
     factorisation inside the sampler's program, run on several CPU devices at once, hung
     XLA's CPU runtime: the first chunk never returned.)
     """
-    K = correlation_matrix(log_c, mask, rho, kappa, ell, xp=xp)
+    K = correlation_matrix(log_c, mask, rho, kappa, ell, xp=xp, lag=lag)
     L = xp.linalg.cholesky(K)
     eye = xp.broadcast_to(xp.eye(K.shape[-1], dtype=K.dtype), K.shape)
     if xp is jnp:
@@ -160,7 +166,7 @@ def whitening(log_c, mask, rho, kappa, ell, xp=jnp):
 STATE_COLUMNS = 9
 
 
-def state_space_whitening(log_c, mask, rho, kappa, ell) -> tuple[np.ndarray, np.ndarray]:
+def state_space_whitening(log_c, mask, rho, kappa, ell, lag=None) -> tuple[np.ndarray, np.ndarray]:
     """The whitening of :func:`whitening` as a Kalman filter: ``point * 9`` numbers a run.
 
     The errors are the sum of two first-order processes, the AR(1) evaluation noise
@@ -182,6 +188,10 @@ def state_space_whitening(log_c, mask, rho, kappa, ell) -> tuple[np.ndarray, np.
         Log compute and the fitted points; other points are left as they are.
     rho, kappa, ell : float or ndarray
         Broadcastable to the leading shape.
+    lag : ndarray, shape (..., point), optional
+        Each fitted point's AR(1) lag from the one before, in median spacings
+        (:func:`ar1_lags`): the AR(1) part's correlation over that step is
+        ``rho ** lag``. Default one evaluation.
 
     Returns
     -------
@@ -198,7 +208,9 @@ def state_space_whitening(log_c, mask, rho, kappa, ell) -> tuple[np.ndarray, np.
     x, m = x.reshape(-1, n), np.broadcast_to(m, lead + (n,)).reshape(-1, n)
     r = x.shape[0]
     rho, kappa, ell = (np.broadcast_to(np.asarray(v, float), lead).reshape(r) for v in (rho, kappa, ell))
-    coef, logdet, _ = _kalman_filter(x, m, rho, kappa, ell)
+    if lag is not None:
+        lag = np.broadcast_to(np.asarray(lag, float), lead + (n,)).reshape(r, n)
+    coef, logdet, _ = _kalman_filter(x, m, rho, kappa, ell, lag)
     return coef.reshape(lead + (n, STATE_COLUMNS)), logdet.reshape(lead)
 
 
@@ -211,8 +223,9 @@ class _FilterEnd(NamedTuple):
     x_last: np.ndarray
 
 
-def _kalman_filter(x, m, rho, kappa, ell) -> tuple[np.ndarray, np.ndarray, _FilterEnd]:
-    """The covariance recursion of :func:`state_space_whitening` on (run, point) arrays."""
+def _kalman_filter(x, m, rho, kappa, ell, lag=None) -> tuple[np.ndarray, np.ndarray, _FilterEnd]:
+    """The covariance recursion of :func:`state_space_whitening` on (run, point) arrays
+    (``lag``: each point's AR(1) lag, shape (run, point), or None for one evaluation)."""
     r, n = x.shape
     k2 = kappa**2
     coef = np.zeros((r, n, STATE_COLUMNS))
@@ -222,7 +235,8 @@ def _kalman_filter(x, m, rho, kappa, ell) -> tuple[np.ndarray, np.ndarray, _Filt
     x_last, logdet = np.zeros(r), np.zeros(r)
     for i in range(n):
         fit = m[:, i]
-        f1 = np.where(started & prev_fit, rho, 0.0)  # a gap restarts the AR(1) chain
+        phi = rho if lag is None else _ar1_correlation(rho, lag[:, i], np)
+        f1 = np.where(started & prev_fit, phi, 0.0)  # a gap restarts the AR(1) chain
         f2 = np.where(started, np.exp(-np.abs(x[:, i] - x_last) / ell), 0.0)
         q00 = f1 * f1 * p00 + (1.0 - f1 * f1)  # the predicted covariance F P F^T + Q
         q01 = f1 * f2 * p01
@@ -384,7 +398,7 @@ def _filter_weights(coef: np.ndarray) -> np.ndarray:
     return w
 
 
-def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kappa, ell):
+def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kappa, ell, lag=None):
     """Conditional mean and sd (in units of ``sigma``) of new evaluations' errors (NumPy).
 
     Every run of a batch at once. The Kalman filter of :func:`state_space_whitening` gives
@@ -407,6 +421,8 @@ def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kapp
         Evaluations after the last fitted one (the AR(1) part's lag), 0 where not ahead
         (:func:`steps_ahead`).
     rho, kappa, ell : float or ndarray, shape (run,)
+    lag : ndarray, shape (run, point), optional
+        The fitted points' AR(1) lags (:func:`ar1_lags`), as the fit counted them.
 
     Returns
     -------
@@ -419,7 +435,7 @@ def noise_forecast(log_c_fit, mask_fit, resid, log_c_new, steps_ahead, rho, kapp
     x = np.where(m, np.asarray(log_c_fit, float), 0.0)
     n_runs = m.shape[0]
     rho, kappa, ell = (np.broadcast_to(np.asarray(v, float), (n_runs,)) for v in (rho, kappa, ell))
-    coef, _, end = _kalman_filter(x, m, rho, kappa, ell)
+    coef, _, end = _kalman_filter(x, m, rho, kappa, ell, lag)
     w = _filter_weights(coef)
     e = np.where(m[:, None, :], np.asarray(resid, float), 0.0)
     state = np.einsum("rdp,rps->rds", e, w)  # each draw's filtered state after the last point
@@ -466,3 +482,49 @@ def steps_ahead(compute_fit, mask_fit, compute_new) -> np.ndarray:
         k = (new - c_last[:, None]) / _median_spacing(comp, fitted)[:, None]
     ahead = (k > 0) & np.isfinite(k)
     return np.where(ahead, np.maximum(np.round(k), 1.0), 0.0)
+
+
+def ar1_lags(compute, mask, step=None) -> np.ndarray | None:
+    """Each fitted point's AR(1) lag from the fitted point before it, or None if all are 1.
+
+    The lag is the distance between the two over the run's median spacing of fitted
+    evaluations, rounded to a whole number of at least 1; 1 at a run's first fitted
+    point, at points after an unfitted one (or one at compute 0) and at unfitted points.
+    The distance is counted in training steps where every fitted point of the run has one
+    (``step``), since neighbouring checkpoints share luck by steps, and in compute
+    otherwise (as :func:`steps_ahead` counts the forecast's lag): a log whose steps grow
+    dearer late in training then keeps lag 1 throughout. The AR(1) noise runs on the grid
+    of the median spacing, so the correlation over a step of ``k`` spacings is
+    ``rho ** k``: an evaluation skipped in a log, or points evenly spaced in log compute (a
+    digitised figure: far apart late in a run, close early), are then less correlated
+    across wider steps. Logs evaluated every so many steps have every lag 1, and get
+    ``None``, so that their fits are exactly those without lags.
+
+    Parameters
+    ----------
+    compute, mask : ndarray, shape (..., point)
+        Compute and the fitted points (NumPy).
+    step : ndarray, shape (..., point), optional
+        Training step of each point (NaN where unknown).
+
+    Returns
+    -------
+    ndarray, shape (..., point), or None
+    """
+    comp = np.asarray(compute, float)
+    lead, n = comp.shape[:-1], comp.shape[-1]
+    fitted = np.broadcast_to(np.asarray(mask, bool), lead + (n,)).reshape(-1, n)
+    comp = comp.reshape(-1, n)
+    fitted = fitted & (comp > 0)  # compute 0 (a fitted R0) is not on the grid
+    if step is not None:
+        st = np.broadcast_to(np.asarray(step, float), lead + (n,)).reshape(-1, n)
+        known = np.all(np.isfinite(st) | ~fitted, axis=1, keepdims=True)
+        comp = np.where(known, st, comp)
+    med = _median_spacing(comp, fitted)[:, None]
+    both = fitted[:, 1:] & fitted[:, :-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.diff(comp, axis=1) / med
+    lag = np.where(both & np.isfinite(k) & (k > 0), np.maximum(np.round(k), 1.0), 1.0)
+    if np.all(lag == 1.0):
+        return None
+    return np.concatenate([np.ones((comp.shape[0], 1)), lag], axis=1).reshape(lead + (n,))

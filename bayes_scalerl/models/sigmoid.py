@@ -24,6 +24,7 @@ from .priors import Priors
 from .scalerl import (
     LEVEL_SCALE,
     RunData,
+    ar1_phi,
     constrain,
     draw_A,
     level_ref,
@@ -81,6 +82,7 @@ class SigmoidModel:
             inputs.get("rho"),
             inputs.get("ou"),
             (inputs["whiten"], inputs["whiten_logdet"]) if "whiten" in inputs else None,
+            inputs.get("ar_lag"),
         )
 
     def n_dim(self, n_points: int) -> int:
@@ -128,11 +130,11 @@ class SigmoidModel:
             w = apply_whitening(data.whiten, jnp.where(data.mask, y - mu, 0.0)) / sigma
             return -0.5 * w**2 - jnp.log(sigma) + jnp.log(data.whiten[..., -1]) - 0.5 * _LOG_2PI
         if lik == "ar1":
-            rho = params["rho"] if "rho" in params else data.rho
+            phi = ar1_phi(params["rho"] if "rho" in params else data.rho, data.ar_lag)
             prev = jnp.concatenate([jnp.zeros((1,), bool), data.mask[:-1]]) & data.mask
             e_prev = jnp.concatenate([jnp.zeros((1,)), (y - mu)[:-1]])
-            mu = jnp.where(prev, mu + rho * e_prev, mu)
-            var = jnp.where(prev, var * (1.0 - rho**2), var)
+            mu = jnp.where(prev, mu + phi * e_prev, mu)
+            var = jnp.where(prev, var * (1.0 - phi**2), var)
         return -0.5 * (y - mu) ** 2 / var - 0.5 * jnp.log(var) - 0.5 * _LOG_2PI
 
     def mean(self, compute: np.ndarray, params: Mapping[str, np.ndarray], R0, c_ref) -> np.ndarray:

@@ -79,6 +79,7 @@ def window_from_datatree(dt: xr.DataTree) -> FitWindow:
         pack(n_eval, p),
         np.full(compute.shape[0], float(rho)) if fixed else None,
         np.tile(np.asarray(ou, float), (compute.shape[0], 1)) if ou is not None else None,
+        pack(np.asarray(cd["step"].values, float), p) if "step" in cd else None,
     )
 
 
@@ -240,6 +241,9 @@ def build_datatree(
         constant[k] = (("run",), v)
     if "n_eval" in runs.table.columns:
         constant["n_eval"] = (rp, n_eval)
+    step = runs.padded_step()
+    if step is not None:  # the AR(1) lags count in it (FitWindow.step)
+        constant["step"] = (rp, step)
     for col in ("recipe", "seed", "task", "training_run"):
         vals = runs.run_attribute(col)
         if vals is not None:

@@ -22,7 +22,7 @@ import pandas as pd
 from ..data.runs import MIN_POINTS, Runs, in_likelihood
 from ..engine import runtime, sample_window
 from ..models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
-from ..models.shape_noise import noise_forecast, steps_ahead
+from ..models.shape_noise import ar1_lags, noise_forecast, steps_ahead
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -92,6 +92,7 @@ def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray
     mean, var = np.empty_like(grid), np.empty_like(grid)
     ou = None if window is None else window.ou
     ahead = None if ou is None else steps_ahead(window.compute, window.mask, grid)
+    lag = None if ou is None else ar1_lags(window.compute, window.mask, window.step)  # as the refit counted
 
     def block(lo: int) -> None:
         sl = slice(lo, min(lo + _BLOCK, n_runs))
@@ -111,6 +112,7 @@ def _predictive_moments(model, draws: dict, R0_obs: np.ndarray, grid: np.ndarray
                 rho,
                 ou[sl, 0],
                 ou[sl, 1],
+                None if lag is None else lag[sl],
             )
             mu = mu + shift
             noise_var = noise_var * sd**2

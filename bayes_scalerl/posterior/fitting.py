@@ -18,7 +18,7 @@ from ..engine.retry import Retry, sample_retrying
 from ..models.discrepancy import Discrepancy
 from ..models.hierarchical import HierPriors, hierarchy_index
 from ..models.priors import Priors
-from ..models.shape_noise import shape_noise_arrays
+from ..models.shape_noise import ar1_lags, shape_noise_arrays
 from ..models.sigmoid import SigmoidModel
 from .assemble import build_datatree
 from .calibration import calibrate
@@ -275,6 +275,14 @@ def fit(
             # same settings on other data says the data changed, not the model)
             priors = dataclasses.replace(priors, shape_noise=None)
             noise += "; no smooth departures from the sigmoid found in the data" if auto_ou else ""
+    if priors.likelihood == "ar1":
+        lag = ar1_lags(window.compute, window.mask, window.step)
+        if lag is not None:
+            uneven = int(np.sum(np.any(lag > 1, axis=1)))
+            noise += (
+                f"; the AR(1) correlation decays over uneven spacing in {uneven} run(s) "
+                f"(rho^k over k median spacings, k up to {int(lag.max())})"
+            )
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:

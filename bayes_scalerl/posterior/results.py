@@ -16,7 +16,7 @@ import xarray as xr
 from ..engine import runtime
 from ..models.curve import scalerl_curve
 from ..models.discrepancy import discrepancy_shape
-from ..models.shape_noise import noise_forecast, steps_ahead
+from ..models.shape_noise import ar1_lags, noise_forecast, steps_ahead
 from .diagnostics import convergence, run_diagnostics, sampler_draws
 
 __all__ = ["FitResult", "QUANTILES"]
@@ -352,6 +352,8 @@ class FitResult:
         A = A if delta is None else A - delta
         R0 = self._R0_draws(idx)
         ahead = steps_ahead(comp, fitted, c)
+        step = cd["step"].values[idx] if "step" in cd else None
+        lag = ar1_lags(comp, fitted, step) if rho else None  # as the fit counted them
         shift = np.empty(mu.shape)
         sd = np.empty((len(idx), 1, c.shape[1]))
         log_c, log_new = np.log(np.maximum(comp, 1e-300)), np.log(np.maximum(c, 1e-300))
@@ -361,7 +363,15 @@ class FitResult:
                 comp[sl, None, :], A[sl, :, None], B[sl, :, None], C[sl, :, None], R0[sl, :, None]
             )
             shift[sl], s = noise_forecast(
-                log_c[sl], fitted[sl], y[sl, None, :] - fit_mu, log_new[sl], ahead[sl], rho, kappa, ell
+                log_c[sl],
+                fitted[sl],
+                y[sl, None, :] - fit_mu,
+                log_new[sl],
+                ahead[sl],
+                rho,
+                kappa,
+                ell,
+                None if lag is None else lag[sl],
             )
             sd[sl, 0] = s
         return mu + shift, sigma * sd
