@@ -1,0 +1,131 @@
+"""Where the default's width goes on real curves: runs with their own refit against the shortest.
+
+A run whose fitted window is too short for the discrepancy's leave-future-out refit draws
+its scales from the batch's distribution; these are the runs with the fewest points. This
+script backtests one set of verl curves (:func:`bayes_scalerl.backtest`, as
+``dapo_backtest.py`` does) three ways, and scores each on the two groups of runs, split by
+the default fit's ``discrepancy_own`` flag:
+
+- ``default``: AR(1) noise at the batch's correlation with the calibrated discrepancy;
+- ``ar1``: the same without the discrepancy;
+- ``gaussian``: version 0.1's model (independent Gaussian noise, no discrepancy).
+
+So it says which part of the model widens the band on which runs.
+
+Usage::
+
+    python benchmarks/short_windows.py --data ../shared/data/dapo-metrics \\
+        --metric 'val-core/*/acc/mean@1' --fraction 0.25 --out benchmarks/results/short-windows.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+import bayes_scalerl as bs
+from bayes_scalerl.data.files import atomic_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dapo_backtest import digitised  # noqa: E402
+
+__all__ = ["MODELS", "main", "split_scores"]
+
+#: The three fits: name -> ``bs.fit`` arguments.
+MODELS = {
+    "default": {},
+    "ar1": {"discrepancy": False},
+    "gaussian": {"discrepancy": False, "priors": bs.Priors(likelihood="gaussian")},
+}
+
+
+def split_scores(bt: bs.Backtest, own: pd.Series) -> pd.DataFrame:
+    """90% coverage, width and CRPS of the ``bayes`` band on all runs, the runs with ``own``
+    true (their own refit) and the rest (the batch's scales)."""
+    pts = bt.points[bt.points["method"] == "bayes"]
+    flag = pts["run"].map(own).fillna(False).astype(bool)
+    rows = []
+    for label, sel in (("all", flag | ~flag), ("own refit", flag), ("batch's scales", ~flag)):
+        p = pts[sel]
+        rows.append(
+            {
+                "runs": label,
+                "n_runs": p["run"].nunique(),
+                "n_points": len(p),
+                "coverage90": float(p["covered90"].astype(float).mean()) if len(p) else float("nan"),
+                "crps": float(p["crps"].mean()) if len(p) else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True, help="folder of verl logs (read in place)")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--fraction", type=float, default=0.25)
+    p.add_argument("--gpus", type=float, default=4.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--digitise", type=int, default=None, metavar="N", help="as dapo_backtest.py --digitise")
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    runs = bs.read_any(a.data, format="verl", metric=[a.metric], gpus=a.gpus)
+    if a.digitise:
+        runs = digitised(runs, a.digitise)
+    own = None
+    frames = []
+    for name, kw in MODELS.items():
+        bt = bs.backtest(runs, fraction=a.fraction, fit_kwargs=kw, bootstrap=0, baseline=False, seed=a.seed)
+        if own is None:  # the default's flag splits every model's runs
+            cd = bt.fit.dt["constant_data"]
+            own = pd.Series(cd["discrepancy_own"].values.astype(bool), index=list(bt.fit.run_names))
+        frames.append(split_scores(bt, own).assign(model=name))
+        print(frames[-1].to_string(index=False), flush=True)
+    table = pd.concat(frames, ignore_index=True)
+    import jax
+    import numpyro
+
+    lines = [
+        "# Where the default's width goes: runs with their own refit against the shortest",
+        "",
+        f"Command: `python benchmarks/short_windows.py {shlex.join(argv)}`",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"{jax.devices()[0].platform}; python {platform.python_version()}, jax {jax.__version__}, "
+        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}. "
+        f"Wall time {time.perf_counter() - t0:.0f} s.",
+        "",
+        f"Metric `{a.metric}`, each curve fitted on compute <= {a.fraction:g} x its largest compute"
+        + (f", read as a figure shows it (`--digitise {a.digitise}`)" if a.digitise else "")
+        + ". Runs split by the default fit's `discrepancy_own` (a refit of their own, or too short "
+        "for one and on the batch's scales). `ar1`: the default without the discrepancy; "
+        "`gaussian`: version 0.1's model.",
+        "",
+        "| model | runs | n_runs | n_points | coverage90 | crps |",
+        "|---|---|---|---|---|---|",
+    ]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['model']} | {r['runs']} | {r['n_runs']} | {r['n_points']} | "
+            f"{r['coverage90']:.3f} | {r['crps']:.4f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out is not None:
+        with atomic_file(a.out) as tmp:  # a failed write leaves the old table
+            tmp.write_text(text)
+    return table
+
+
+if __name__ == "__main__":
+    main()
