@@ -35,7 +35,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dapo_backtest import digitised  # noqa: E402
+from dapo_backtest import _split, digitised  # noqa: E402
 
 __all__ = ["MODELS", "main", "split_scores"]
 
@@ -48,23 +48,13 @@ MODELS = {
 
 
 def split_scores(bt: bs.Backtest, own: pd.Series) -> pd.DataFrame:
-    """90% coverage, width and CRPS of the ``bayes`` band on all runs, the runs with ``own``
-    true (their own refit) and the rest (the batch's scales)."""
-    pts = bt.points[bt.points["method"] == "bayes"]
-    flag = pts["run"].map(own).fillna(False).astype(bool)
-    rows = []
-    for label, sel in (("all", flag | ~flag), ("own refit", flag), ("batch's scales", ~flag)):
-        p = pts[sel]
-        rows.append(
-            {
-                "runs": label,
-                "n_runs": p["run"].nunique(),
-                "n_points": len(p),
-                "coverage90": float(p["covered90"].astype(float).mean()) if len(p) else float("nan"),
-                "crps": float(p["crps"].mean()) if len(p) else float("nan"),
-            }
-        )
-    return pd.DataFrame(rows)
+    """90% coverage and CRPS of the ``bayes`` band on all runs, the runs with ``own`` true
+    (their own refit) and the rest (the batch's scales)."""
+    every = pd.Series(True, index=bt.points["run"].unique())
+    return pd.concat(
+        [_split(bt, every, ("all", "none")).iloc[:1], _split(bt, own, ("own refit", "batch's scales"))],
+        ignore_index=True,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
