@@ -257,6 +257,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         help="score each curve as a paper's figure shows it: smoothed, read at N log-spaced computes",
     )
     p.add_argument("--smooth", type=float, default=5.0, help="with --digitise: the moving average's span (5)")
+    p.add_argument(
+        "--from-batch",
+        choices=("yes", "no"),
+        default=None,
+        help="priors of B and C_mid learnt from the batch (bs.Priors(from_batch=...); default bs.Priors()'s)",
+    )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     fractions = [float(x) for x in a.fractions.split(",") if x]
@@ -265,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         likelihood=a.likelihood,
         rho=rho if rho in ("auto", "reml", None) else float(rho),
         R0_fitted=a.r0 == "fitted",
+        **({} if a.from_batch is None else {"from_batch": a.from_batch == "yes"}),
     )
     t0 = time.perf_counter()
     disc = None

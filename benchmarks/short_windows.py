@@ -8,7 +8,9 @@ the default fit's ``discrepancy_own`` flag:
 
 - ``default``: AR(1) noise at the batch's correlation with the calibrated discrepancy;
 - ``ar1``: the same without the discrepancy;
-- ``gaussian``: version 0.1's model (independent Gaussian noise, no discrepancy).
+- ``gaussian``: version 0.1's model (independent Gaussian noise, no discrepancy);
+- ``batch``: the default with the priors of ``B`` and ``C_mid`` learnt from the batch
+  (``bs.Priors(from_batch=True)``).
 
 So it says which part of the model widens the band on which runs.
 
@@ -44,6 +46,7 @@ MODELS = {
     "default": {},
     "ar1": {"discrepancy": False},
     "gaussian": {"discrepancy": False, "priors": bs.Priors(likelihood="gaussian")},
+    "batch": {"priors": bs.Priors(from_batch=True)},
 }
 
 
@@ -66,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument("--gpus", type=float, default=4.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--digitise", type=int, default=None, metavar="N", help="as dapo_backtest.py --digitise")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {list(MODELS)}")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -74,7 +78,11 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         runs = digitised(runs, a.digitise)
     own = None
     frames = []
-    for name, kw in MODELS.items():
+    names = a.models.split(",")
+    if names[0] != "default":
+        names = ["default"] + names  # its flag splits the others' runs
+    for name in names:
+        kw = MODELS[name]
         bt = bs.backtest(runs, fraction=a.fraction, fit_kwargs=kw, bootstrap=0, baseline=False, seed=a.seed)
         if own is None:  # the default's flag splits every model's runs
             cd = bt.fit.dt["constant_data"]
@@ -99,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + (f", read as a figure shows it (`--digitise {a.digitise}`)" if a.digitise else "")
         + ". Runs split by the default fit's `discrepancy_own` (a refit of their own, or too short "
         "for one and on the batch's scales). `ar1`: the default without the discrepancy; "
-        "`gaussian`: version 0.1's model.",
+        "`gaussian`: version 0.1's model; `batch`: the default with priors learnt from the batch.",
         "",
         "| model | runs | n_runs | n_points | coverage90 | crps |",
         "|---|---|---|---|---|---|",

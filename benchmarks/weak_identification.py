@@ -76,6 +76,8 @@ def main(argv=None) -> None:
         # R0 a parameter, not the first evaluation
         "r0-fitted": {"priors": bs.Priors(R0_fitted=True)},
         "r0-fitted-no-retry": {"priors": bs.Priors(R0_fitted=True), "retry": False},
+        # priors of B and C_mid learnt from the batch (each run's from the other runs)
+        "batch": {"priors": bs.Priors(from_batch=True)},
         "ta095": {"target_accept": 0.95},
         "s1000": {"samples": 1000},
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},

@@ -109,6 +109,10 @@ class FitWindow(NamedTuple):
     step : ndarray, shape (run, point), optional
         The training step of each point (the ``step`` column; NaN where unknown), which
         the AR(1) noise's lags count in (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`).
+    prior : ndarray, shape (run, 4), optional
+        Each run's own prior of ``log B`` (median, sd) and ``log C_mid`` (median in log
+        compute, sd), learnt from the batch (``Priors(from_batch=True)``,
+        :mod:`~bayes_scalerl.models.population`): data of the program, like ``rho``.
     """
 
     compute: np.ndarray
@@ -120,6 +124,7 @@ class FitWindow(NamedTuple):
     rho: np.ndarray | None = None
     ou: np.ndarray | None = None
     step: np.ndarray | None = None
+    prior: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,8 @@ def padded_inputs(window, *, n_eval: bool = False) -> dict[str, np.ndarray]:
     lag = ar1_lags(window.compute, window.mask, getattr(window, "step", None))
     if lag is not None:
         out["ar_lag"] = np.concatenate([lag, np.ones((lag.shape[0], pad_p))], axis=1)
+    if getattr(window, "prior", None) is not None:  # priors learnt from the batch, run by run
+        out["prior"] = np.asarray(window.prior, dtype=np.float64)
     if getattr(window, "ou", None) is not None:  # each chunk adds its whitening (_with_whitening)
         out["ou"] = np.asarray(window.ou, dtype=np.float64)
     if n_eval:

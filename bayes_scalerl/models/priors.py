@@ -105,6 +105,14 @@ class Priors:
         It makes the fit count a dense log's smooth wiggles as the few
         pieces of evidence they are, and adds their variance to bands beyond the data.
         Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
+    from_batch : bool
+        Learn the priors of ``B`` and ``C_mid`` from the batch before the fit
+        (:mod:`~bayes_scalerl.models.population`): each run's prior is the predictive of
+        the population of the other runs' midpoints and exponents, with ``C_mid`` counted
+        relative to each run's window end or in compute, whichever the batch supports
+        better. The priors above (``B_median``, ``B_log_sd``, ``C_mid_median``,
+        ``C_mid_log_sd``) are then the hyperprior's predictive, which a batch that says
+        little leaves as it is. Default ``False``; the independent model only.
     """
 
     A_loc: float | None = None
@@ -120,6 +128,7 @@ class Priors:
     rho_scale: float = 0.75
     rho: float | str | None = "auto"
     shape_noise: tuple[float, float] | str | None = "auto"
+    from_batch: bool = False
 
     def __post_init__(self) -> None:
         if self.likelihood not in LIKELIHOODS:

@@ -183,6 +183,7 @@ class RunData(NamedTuple):
     whiten: jax.Array | None = None
     whiten_logdet: jax.Array | None = None
     ar_lag: jax.Array | None = None
+    prior: jax.Array | None = None
 
 
 class Constrained(NamedTuple):
@@ -216,7 +217,18 @@ def binomial_variance(reward, n_eval):
 
 
 def make_run_data(
-    compute, reward, mask, R0, c_ref, priors: Priors, n_eval=None, rho=None, ou=None, whiten=None, ar_lag=None
+    compute,
+    reward,
+    mask,
+    R0,
+    c_ref,
+    priors: Priors,
+    n_eval=None,
+    rho=None,
+    ou=None,
+    whiten=None,
+    ar_lag=None,
+    prior=None,
 ) -> RunData:
     """Build :class:`RunData` (batched over a leading run axis) from padded arrays.
 
@@ -227,6 +239,9 @@ def make_run_data(
     ``ar_lag`` (same shape as ``reward``) is the AR(1) likelihood's lag of each point
     (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`; the engine's input ``"ar_lag"``
     of :func:`~bayes_scalerl.engine.padded_inputs`); without it every lag is 1.
+    ``prior`` (shape ``R0.shape + (4,)``) is each run's own prior learnt from the batch
+    (``FitWindow.prior``): median and sd of ``log B``, median and sd of ``log C_mid``;
+    without it ``priors`` give them.
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
     positive = compute > 0
@@ -296,6 +311,11 @@ def make_run_data(
         )
         whiten, whiten_logdet = jnp.asarray(coef), jnp.asarray(logdet)
     mask = jnp.asarray(mask, dtype=bool)
+    own = None
+    if prior is not None:
+        prior = jnp.asarray(prior, dtype=jnp.float64)
+        loc = prior[..., 2]
+        own = jnp.stack([prior[..., 0], prior[..., 1], prior[..., 3]], axis=-1)
     return RunData(
         log_c=log_c,
         positive=positive,
@@ -310,6 +330,7 @@ def make_run_data(
         whiten=whiten,
         whiten_logdet=whiten_logdet,
         ar_lag=ar_lag,
+        prior=own,
     )
 
 
@@ -420,8 +441,12 @@ def constrain(z: jax.Array, data: RunData, priors: Priors) -> Constrained:
 def _log_prior(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> jax.Array:
     """Log prior density of one run's ``z`` (Jacobians included)."""
     # B ~ LogNormal: density in B is N(log B) / B; C_mid ~ LogNormal: density in log C_mid
-    lp = -0.5 * ((p.log_B - jnp.log(priors.B_median)) / priors.B_log_sd) ** 2 - p.log_B
-    lp += -0.5 * ((p.log_C_mid - data.log_c_mid_loc) / priors.C_mid_log_sd) ** 2
+    if data.prior is None:
+        b_loc, b_sd, c_sd = jnp.log(priors.B_median), priors.B_log_sd, priors.C_mid_log_sd
+    else:  # learnt from the batch (the normalising constants differ by run: data, not parameters)
+        b_loc, b_sd, c_sd = data.prior[0], data.prior[1], data.prior[2]
+    lp = -0.5 * ((p.log_B - b_loc) / b_sd) ** 2 - p.log_B
+    lp += -0.5 * ((p.log_C_mid - data.log_c_mid_loc) / c_sd) ** 2
     lp += p.log_jac
     # sigma ~ HalfNormal(scale): density in t = log(sigma/scale) is exp(t) HN(exp(t))
     lp += z[2] - 0.5 * jnp.exp(2.0 * z[2])

@@ -83,6 +83,7 @@ class SigmoidModel:
             inputs.get("ou"),
             (inputs["whiten"], inputs["whiten_logdet"]) if "whiten" in inputs else None,
             inputs.get("ar_lag"),
+            inputs.get("prior"),
         )
 
     def n_dim(self, n_points: int) -> int:

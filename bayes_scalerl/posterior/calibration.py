@@ -192,6 +192,9 @@ def calibrate(
             iw = iw._replace(rho=np.asarray(window.rho)[rows])
         if window.ou is not None:  # the main fit's smooth departures
             iw = iw._replace(ou=np.asarray(window.ou)[rows])
+        if window.prior is not None:  # priors learnt from the batch: learnt again from each
+            # refit's cut windows, as the main fit learnt them from its own (not from later data)
+            iw = iw._replace(prior=_inner_priors(iw, inner_runs, priors))
         key = jax.random.fold_in(jax.random.key(seed), 0x5CA1AB1E)
         # the refit's draws only: its sampler statistics would double the memory
         if refit is None:
@@ -228,3 +231,19 @@ def calibrate(
     level, dev = draw_offsets(rng, post, (n_runs,) + tuple(shape), settings.horizon)
     omega, tau = scale_summary(post)
     return Calibration(omega, tau, own, level, level + dev)
+
+
+def _inner_priors(inner_window, inner_runs, priors) -> np.ndarray:
+    """Each refitted run's prior learnt from the runs cut at the same ratio (names ``"k/i"``)."""
+    from ..models.population import grid_loglik, learn_population, training_runs
+
+    grid = grid_loglik(inner_window, priors)
+    names = inner_runs.names
+    groups = training_runs(inner_runs)
+    ratio = np.array([str(n).split("/", 1)[0] for n in names])
+    rows = np.empty((len(names), 4))
+    for k in np.unique(ratio):
+        sel = np.flatnonzero(ratio == k)
+        part = grid._replace(loglik=grid.loglik[sel], log_loc=grid.log_loc[sel])
+        rows[sel] = learn_population(part, priors, groups=None if groups is None else groups[sel]).rows
+    return rows

@@ -283,6 +283,19 @@ def fit(
                 f"; the AR(1) correlation decays over uneven spacing in {uneven} run(s) "
                 f"(rho^k over k median spacings, k up to {int(lag.max())})"
             )
+    if priors.from_batch:
+        if hierarchical:
+            raise ValueError(
+                "Priors(from_batch=True) is for the independent model; the hierarchical model learns "
+                "its population in the fit"
+            )
+        from ..models.population import grid_loglik, learn_population, training_runs
+
+        with runtime.phase("population"):
+            grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
+            pop = learn_population(grid, priors, groups=training_runs(runs))
+        window = window._replace(prior=pop.rows)
+        noise += "; " + pop.describe()
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:

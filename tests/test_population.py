@@ -1,0 +1,208 @@
+"""Priors learnt from the batch (:mod:`bayes_scalerl.models.population`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import integrate, stats
+
+import bayes_scalerl as bs
+from bayes_scalerl.analyses.simulate import simulate_runs
+from bayes_scalerl.engine import padded_inputs
+from bayes_scalerl.models.population import grid_loglik, learn_population
+
+GAUSS = bs.Priors(likelihood="gaussian", shape_noise=None)
+
+
+def _runs(log_B, log_c_mid, ends, seed=0, n_points=12, sigma=0.01):
+    """Exact sigmoids, each evaluated at ``n_points`` evenly spaced points up to its end."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i, (lb, lc, end) in enumerate(zip(log_B, log_c_mid, ends, strict=True)):
+        truth = pd.DataFrame(
+            {
+                "run": [f"r{i:03d}"],
+                "A": [0.6],
+                "B": [math.exp(lb)],
+                "C_mid": [math.exp(lc)],
+                "R0": [0.3],
+                "sigma": [sigma],
+            }
+        )
+        frames.append(simulate_runs(truth, np.linspace(0.0, end, n_points + 1), rng))
+    return bs.Runs.from_frame(pd.concat(frames, ignore_index=True))
+
+
+def test_grid_loglik_matches_quadrature():
+    """Differences between cells equal a direct double integral over the gain and sigma.
+
+    The grid integrates sigma on 9 points spanning +-4 sd of its likelihood, whose
+    Riemann sum of a near-Gaussian is accurate far below the 0.02 log units allowed.
+    """
+    runs = _runs([math.log(1.5)], [math.log(400.0)], [1000.0], n_points=10)
+    w = runs.window()
+    g = grid_loglik(w, GAUSS, n_b=7, n_c=9)
+    m = w.mask[0]
+    c, y, R0 = w.compute[0][m], w.reward[0][m], float(w.R0[0])
+
+    def direct(lb, lc):
+        s = 1.0 / (1.0 + np.exp(-np.exp(lb) * (np.log(c) - lc)))
+
+        def lik(gain, log_sigma):
+            sd = math.exp(log_sigma)
+            prior = stats.halfnorm.pdf(sd, scale=GAUSS.sigma_scale) * sd / (1.0 - R0)
+            return np.exp(stats.norm.logpdf(y - R0 - gain * s, scale=sd).sum() + 30.0) * prior
+
+        val, _ = integrate.dblquad(lik, math.log(1e-3), math.log(0.2), 0.0, 1.0 - R0, epsabs=0, epsrel=1e-7)
+        return math.log(val)
+
+    cells = [(3, 4), (2, 5), (4, 3)]
+    ref = [direct(g.log_B[i], g.log_loc[0] + g.offset[j]) for i, j in cells]
+    got = [g.loglik[0, i, j] for i, j in cells]
+    np.testing.assert_allclose(np.diff(got), np.diff(ref), atol=0.02)
+
+
+def test_population_recovered_and_each_run_left_out():
+    """A population of identified midpoints is learnt, and a run's prior ignores its own data.
+
+    120 runs whose midpoints lie well inside their windows (each run's log C_mid known to
+    about 0.1): the learnt medians are within 0.1 of the truth's (3 standard errors of a
+    mean of 120 draws of sd 0.25 is 0.07, plus the grid's cells of 0.13-0.17).
+    """
+    rng = np.random.default_rng(3)
+    n = 120
+    log_B = math.log(1.5) + 0.25 * rng.standard_normal(n)
+    ends = np.exp(rng.uniform(np.log(800.0), np.log(1200.0), n))
+    log_c = np.log(ends) - 1.0 + 0.25 * rng.standard_normal(n)
+    runs = _runs(log_B, log_c, ends, seed=4, n_points=16)
+    w = runs.window()
+    g = grid_loglik(w, GAUSS)
+    pop = learn_population(g, GAUSS)
+    assert abs(math.log(pop.B_median) - math.log(1.5)) < 0.1
+    assert pop.B_log_sd < 0.45  # the default is 0.7; the truth's 0.25 plus estimation error
+    rel = (
+        np.log(pop.C_mid_factor)
+        if pop.scale == "relative"
+        else np.log(pop.C_mid_factor) - np.log(ends).mean()
+    )
+    assert abs(rel + 1.0) < 0.15
+    # run 0's prior does not use run 0's data: replace its curve by another, rows[0] stays
+    other = g.loglik.copy()
+    other[0] = g.loglik[1]
+    again = learn_population(g._replace(loglik=other), GAUSS)
+    if again.scale == pop.scale:
+        np.testing.assert_allclose(again.rows[0], pop.rows[0], rtol=0, atol=1e-9)
+        assert np.abs(again.rows[1:] - pop.rows[1:]).max() > 1e-6
+
+
+def test_uninformative_batch_keeps_the_default_prior():
+    """Runs that say nothing of B or C_mid (a flat likelihood) leave the default prior.
+
+    The hyperprior's predictive is the default by construction; the grid's cells
+    (0.17 in log B, 0.26 in log C_mid) and its +-3 sd span bound the error to 0.05.
+    """
+    flat = np.zeros((5, 29, 41))
+    loc = np.log(np.full(5, 1000.0))
+    g = bs.models.population.GridLik(
+        math.log(2.0) + 0.7 * np.linspace(-3.5, 3.5, 29), 1.5 * np.linspace(-3.5, 3.5, 41), loc, flat
+    )
+    pop = learn_population(g, bs.Priors())
+    np.testing.assert_allclose(pop.rows[:, 0], math.log(2.0), atol=0.05)
+    np.testing.assert_allclose(pop.rows[:, 1], 0.7, atol=0.05)
+    np.testing.assert_allclose(pop.rows[:, 2], loc, atol=0.05)
+    np.testing.assert_allclose(pop.rows[:, 3], 1.5, atol=0.08)
+
+
+@pytest.mark.parametrize("shared", ["relative", "absolute"])
+def test_scale_chosen_by_the_batch(shared):
+    """Midpoints at one multiple of each window's end read as relative; at one compute, absolute.
+
+    Windows end from 300 to 30,000 compute (2 decades), so the two ways differ by far more
+    than the population's spread of 0.2.
+    """
+    rng = np.random.default_rng(5)
+    n = 40
+    ends = np.exp(rng.uniform(np.log(300.0), np.log(30000.0), n))
+    spread = 0.2 * rng.standard_normal(n)
+    log_c = np.log(ends) - 0.7 + spread if shared == "relative" else np.log(3000.0) + spread
+    log_c = np.minimum(log_c, np.log(ends) + 0.5)
+    keep = log_c < np.log(ends) + 0.4
+    runs = _runs(np.full(n, math.log(2.0))[keep], log_c[keep], ends[keep], seed=6)
+    pop = learn_population(grid_loglik(runs.window(), GAUSS), GAUSS)
+    assert pop.scale == shared
+    assert pop.log_evidence[shared] > max(pop.log_evidence.values()) - 1e-12
+
+
+def test_fit_from_batch_end_to_end():
+    """``Priors(from_batch=True)``: the fit says what it learnt, each run's prior reaches the program."""
+    rng = np.random.default_rng(8)
+    n = 6
+    runs = _runs(
+        math.log(1.5) + 0.2 * rng.standard_normal(n),
+        np.log(500.0) + 0.2 * rng.standard_normal(n),
+        np.full(n, 1500.0),
+    )
+    f = bs.fit(
+        runs,
+        priors=bs.Priors(from_batch=True),
+        chains=2,
+        warmup=100,
+        samples=100,
+        discrepancy=False,
+        progress=False,
+    )
+    assert "learnt from the batch" in f.settings["noise"]
+    assert f.settings["priors"]["from_batch"] is True
+    assert np.isfinite(f.dt["posterior"]["A"].values).all()
+    assert "prior" not in padded_inputs(runs.window())
+    with pytest.raises(ValueError, match="independent model"):
+        bs.fit(runs, priors=bs.Priors(from_batch=True), model="hierarchical", chains=2, warmup=10, samples=10)
+
+
+def test_a_group_counts_once_and_is_left_out_whole():
+    """Two curves of one training run: each one's prior ignores both, and the pair weighs one run."""
+    rng = np.random.default_rng(9)
+    ll = rng.normal(0.0, 3.0, (6, 29, 41))
+    loc = np.log(np.full(6, 1000.0))
+    g = bs.models.population.GridLik(
+        math.log(2.0) + 0.7 * np.linspace(-3.5, 3.5, 29), 1.5 * np.linspace(-3.5, 3.5, 41), loc, ll
+    )
+    groups = np.array(["a", "a", "b", "c", "d", "e"])
+    pop = learn_population(g, bs.Priors(), groups=groups)
+    # run 0's prior is run 1's: both come from runs 2-5 alone
+    np.testing.assert_allclose(pop.rows[0], pop.rows[1], rtol=0, atol=1e-12)
+    ref = learn_population(g._replace(loglik=ll[[0, 2, 3, 4, 5]], log_loc=loc[:5]), bs.Priors())
+    assert ref.scale == pop.scale  # every window ends at one compute: the two ways tie
+    np.testing.assert_allclose(pop.rows[0], ref.rows[0], rtol=0, atol=1e-9)
+    # a duplicated curve in a group of two weighs what the curve alone weighs
+    dup = learn_population(g._replace(loglik=ll[[0, 0, 2, 3, 4, 5]]), bs.Priors(), groups=groups)
+    once = learn_population(g._replace(loglik=ll[[0, 2, 3, 4, 5]], log_loc=loc[:5]), bs.Priors())
+    assert dup.scale == once.scale
+    np.testing.assert_allclose(dup.rows[2:], once.rows[1:], rtol=0, atol=1e-9)
+
+
+def test_refits_learn_their_priors_from_their_own_cut(monkeypatch):
+    """The discrepancy's leave-future-out refits learn priors from their cut windows, not the fit's."""
+    from bayes_scalerl.models import population
+
+    seen = []
+    real = population.grid_loglik
+
+    def spy(window, priors, **kw):
+        seen.append(np.asarray(window.c_ref).copy())
+        return real(window, priors, **kw)
+
+    monkeypatch.setattr(population, "grid_loglik", spy)
+    rng = np.random.default_rng(10)
+    n = 4
+    runs = _runs(
+        math.log(1.5) + 0.2 * rng.standard_normal(n),
+        np.log(500.0) + 0.2 * rng.standard_normal(n),
+        np.full(n, 1500.0),
+    )
+    bs.fit(runs, priors=bs.Priors(from_batch=True), chains=2, warmup=50, samples=50, progress=False)
+    assert len(seen) == 2
+    assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
