@@ -274,7 +274,8 @@ def learn_population(
             total += np.tensordot(weight[idx], per_run(idx), axes=1)
         log_post = total + lwB[:, None] + lwC[None, :]
         fits[scale] = (muC, tauC, lwC, per_run, log_post, float(logsumexp(log_post)))
-    scale = max(fits, key=lambda s: fits[s][5])
+    # relative unless absolute is better (they tie, up to rounding, when every window ends alike)
+    scale = "absolute" if fits["absolute"][5] > fits["relative"][5] + 1e-6 else "relative"
     muC, tauC, lwC, per_run, log_post, _ = fits[scale]
     rows = np.empty((n_runs, 4))
     for idx, starts in _group_blocks(groups, n_runs, chunk):
