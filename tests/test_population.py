@@ -36,6 +36,13 @@ def _runs(log_B, log_c_mid, ends, seed=0, n_points=12, sigma=0.01):
     return bs.Runs.from_frame(pd.concat(frames, ignore_index=True))
 
 
+def _like_runs(n, seed):
+    """``n`` runs of one recipe: midpoints near 500 within windows ending at 1,500."""
+    rng = np.random.default_rng(seed)
+    log_B = math.log(1.5) + 0.2 * rng.standard_normal(n)
+    return _runs(log_B, np.log(500.0) + 0.2 * rng.standard_normal(n), np.full(n, 1500.0))
+
+
 def test_grid_loglik_matches_quadrature():
     """Differences between cells equal a direct double integral over the gain and sigma.
 
@@ -138,13 +145,7 @@ def test_scale_chosen_by_the_batch(shared):
 
 def test_fit_from_batch_end_to_end():
     """``Priors(from_batch=True)``: the fit says what it learnt, each run's prior reaches the program."""
-    rng = np.random.default_rng(8)
-    n = 6
-    runs = _runs(
-        math.log(1.5) + 0.2 * rng.standard_normal(n),
-        np.log(500.0) + 0.2 * rng.standard_normal(n),
-        np.full(n, 1500.0),
-    )
+    runs = _like_runs(6, seed=8)
     f = bs.fit(
         runs,
         priors=bs.Priors(from_batch=True),
@@ -196,13 +197,7 @@ def test_refits_learn_their_priors_from_their_own_cut(monkeypatch):
         return real(window, priors, **kw)
 
     monkeypatch.setattr(population, "grid_loglik", spy)
-    rng = np.random.default_rng(10)
-    n = 4
-    runs = _runs(
-        math.log(1.5) + 0.2 * rng.standard_normal(n),
-        np.log(500.0) + 0.2 * rng.standard_normal(n),
-        np.full(n, 1500.0),
-    )
+    runs = _like_runs(4, seed=10)
     bs.fit(runs, priors=bs.Priors(from_batch=True), chains=2, warmup=50, samples=50, progress=False)
     assert len(seen) == 2
     assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
