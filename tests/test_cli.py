@@ -351,10 +351,6 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
             ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--shape-noise", "1:0.5"],
             ["--shape-noise", "hierarchical"],
         ),
-        (
-            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--priors", "batch"],
-            ["--priors batch", "hierarchical"],
-        ),
     ],
 )
 def test_bad_options_and_combinations_exit_2(tmp_path, monkeypatch, capsys, argv, words):

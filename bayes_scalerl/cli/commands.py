@@ -145,7 +145,6 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     _add_rho_option(p)
     _add_r0_option(p)
     _add_shape_noise_option(p)
-    _add_priors_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -304,18 +303,6 @@ def _add_shape_noise_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_priors_option(p: argparse.ArgumentParser) -> None:
-    """``--priors``: the default priors of ``B`` and ``C_mid``, or learnt from the batch."""
-    p.add_argument(
-        "--priors",
-        choices=("default", "batch"),
-        default="default",
-        help="priors of B and C_mid: default (wide, C_mid centred on each run's window end) or batch "
-        "(learnt from the batch's runs before the fit, each run's from the others: "
-        "bs.Priors(from_batch=True); not with --model hierarchical)",
-    )
-
-
 def _shape_noise(value: str | None):
     """``--shape-noise``'s value as ``Priors.shape_noise``."""
     if value is None or value == "auto":
@@ -334,7 +321,6 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     _add_rho_option(p)
     _add_r0_option(p)
     _add_shape_noise_option(p)
-    _add_priors_option(p)
     p.add_argument(
         "--discrepancy",
         choices=("calibrated", "none"),
@@ -548,7 +534,6 @@ def _priors(args):
         rho=rho,
         R0_fitted=getattr(args, "r0", "first") == "fitted",
         shape_noise=_shape_noise(getattr(args, "shape_noise", None)),
-        from_batch=getattr(args, "priors", "default") == "batch",
     )
 
 
@@ -826,9 +811,6 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             )
         if getattr(args, "model", "independent") == "hierarchical" and isinstance(_shape_noise(shape), tuple):
             parser.error("argument --shape-noise: not with --model hierarchical")
-    hierarchical = getattr(args, "model", "independent") == "hierarchical"
-    if getattr(args, "priors", "default") == "batch" and hierarchical:
-        parser.error("argument --priors batch: not with --model hierarchical (it learns its population)")
     if args.command in ("fit", "demo"):
         if args.model == "hierarchical" and (
             args.likelihood not in ("gaussian", "ar1") or (args.likelihood == "ar1" and rho == "sampled")

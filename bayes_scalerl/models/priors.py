@@ -113,6 +113,11 @@ class Priors:
         better. The priors above (``B_median``, ``B_log_sd``, ``C_mid_median``,
         ``C_mid_log_sd``) are then the hyperprior's predictive, which a batch that says
         little leaves as it is. Default ``False``; the independent model only.
+        Experimental, and not for decisions: where windows end before the midpoints, the
+        runs' likelihoods are ridges in ``(B, C_mid)`` and the population's split of its
+        spread between the two is not identified, yet it sets the extrapolation; on exact
+        sigmoids drawn from the very population it assumes, its 4x bands were too narrow
+        (``benchmarks/results/batch-priors-sbc.md``).
     """
 
     A_loc: float | None = None
