@@ -3,9 +3,10 @@
 Exact sigmoids whose ``log B`` and ``log(C_mid / window end)`` are drawn from normal
 populations, the model ``bs.Priors(from_batch=True)`` assumes, evaluated every 1/48 of each
 run's budget with iid noise. Each run is fitted on its first ``1/h`` (``bs.backtest``,
-without the discrepancy, so that the band is the posterior's alone) with the default priors
-and with the learnt ones, and scored on every later evaluation. A learnt prior that is
-right should be calibrated here and narrower than the default.
+without the discrepancy, so that the band is the posterior's alone) with the default priors,
+with the learnt ones and (``--models``) with the hierarchical model, which pools the
+midpoints too, and scored on every later evaluation. A learnt prior that is right should be
+calibrated here and narrower than the default.
 
 Usage::
 
@@ -29,7 +30,15 @@ import pandas as pd
 import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
 
-__all__ = ["main", "simulate"]
+__all__ = ["MODELS", "main", "simulate"]
+
+#: The fits compared: name -> ``bs.fit`` arguments (all without the discrepancy).
+MODELS = {
+    "default": {"priors": bs.Priors()},
+    "batch": {"priors": bs.Priors(from_batch=True)},
+    # every run its own recipe, pooled as one population (the same pooling of midpoints)
+    "hierarchical": {"model": "hierarchical"},
+}
 
 
 def simulate(rng: np.random.Generator, n_runs: int, sd_b: float, sd_c: float) -> tuple:
@@ -57,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument("--seeds", default="0")
     p.add_argument("--sd-b", type=float, default=0.3, help="the population's sd of log B")
     p.add_argument("--sd-c", type=float, default=0.5, help="the population's sd of log C_mid")
+    p.add_argument("--models", default="default,batch", help=f"comma-separated, of {list(MODELS)}")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -64,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     for seed in (int(s) for s in a.seeds.split(",")):
         for h in (float(x) for x in a.horizons.split(",")):
             runs, _ = simulate(np.random.default_rng(seed), a.runs, a.sd_b, a.sd_c)
-            for name, priors in (("default", bs.Priors()), ("batch", bs.Priors(from_batch=True))):
-                kw = {"progress": False, "priors": priors, "discrepancy": False}
+            for name in a.models.split(","):
+                kw = {"progress": False, "discrepancy": False, **MODELS[name]}
                 bt = bs.backtest(
                     runs, fraction=1.0 / h, seed=seed, fit_kwargs=kw, baseline=False, bootstrap=0
                 )
@@ -80,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
                     {
                         "seed": seed,
                         "horizon": f"{h:g}x",
-                        "priors": name,
+                        "model": name,
                         "coverage50": s["coverage50"],
                         "coverage90": s["coverage90"],
                         "width90": s["width90"],
@@ -106,12 +116,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "A uniform on 0.5-0.7, R0 0.3, iid noise 0.01, 49 evaluations evenly spaced to the budget; "
         "fitted on the first 1/h of the budget without the discrepancy, scored on every later evaluation.",
         "",
-        "| seed | horizon | priors | coverage50 | coverage90 | width90 | crps | learnt |",
+        "| seed | horizon | model | coverage50 | coverage90 | width90 | crps | learnt |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
         lines.append(
-            f"| {r.seed} | {r.horizon} | {r.priors} | {r.coverage50:.3f} | {r.coverage90:.3f} | "
+            f"| {r.seed} | {r.horizon} | {r.model} | {r.coverage50:.3f} | {r.coverage90:.3f} | "
             f"{r.width90:.3f} | {r.crps:.4f} | {r.learnt} |"
         )
     text = "\n".join(lines) + "\n"

@@ -143,24 +143,32 @@ def test_scale_chosen_by_the_batch(shared):
     assert pop.log_evidence[shared] > max(pop.log_evidence.values()) - 1e-12
 
 
-def test_fit_from_batch_end_to_end():
-    """``Priors(from_batch=True)``: the fit says what it learnt, each run's prior reaches the program."""
-    runs = _like_runs(6, seed=8)
-    f = bs.fit(
-        runs,
-        priors=bs.Priors(from_batch=True),
-        chains=2,
-        warmup=100,
-        samples=100,
-        discrepancy=False,
-        progress=False,
-    )
-    assert "learnt from the batch" in f.settings["noise"]
-    assert f.settings["priors"]["from_batch"] is True
-    assert np.isfinite(f.dt["posterior"]["A"].values).all()
-    assert "prior" not in padded_inputs(runs.window())
-    with pytest.raises(ValueError, match="independent model"):
-        bs.fit(runs, priors=bs.Priors(from_batch=True), model="hierarchical", chains=2, warmup=10, samples=10)
+def test_each_runs_prior_reaches_the_program():
+    """``FitWindow.prior`` becomes an engine input and moves the log density; none without it."""
+    import jax
+    import jax.numpy as jnp
+
+    from bayes_scalerl.engine import runtime
+    from bayes_scalerl.models.scalerl import log_density
+    from bayes_scalerl.models.sigmoid import SigmoidModel
+
+    runs = _like_runs(3, seed=8)
+    w = runs.window()
+    assert "prior" not in padded_inputs(w)
+    model = SigmoidModel(GAUSS)
+    rows = np.tile([math.log(1.5), 0.2, math.log(500.0), 0.3], (3, 1))
+    z = jnp.array([0.1, 0.2, -0.5, 0.3])
+
+    def density(window):
+        data = model.data({k: jnp.asarray(v) for k, v in padded_inputs(window).items()})
+        one = jax.tree_util.tree_map(lambda a: a[0], data)
+        return float(log_density(z, one, GAUSS))
+
+    with runtime.x64():
+        base, learnt = density(w), density(w._replace(prior=rows))
+        far = density(w._replace(prior=rows + np.array([0.0, 0.0, 3.0, 0.0])))
+    assert np.isfinite([base, learnt, far]).all()
+    assert learnt != base and far < learnt  # a median 20x away is less likely
 
 
 def test_a_group_counts_once_and_is_left_out_whole():
@@ -185,8 +193,9 @@ def test_a_group_counts_once_and_is_left_out_whole():
     np.testing.assert_allclose(dup.rows[2:], once.rows[1:], rtol=0, atol=1e-9)
 
 
-def test_refits_learn_their_priors_from_their_own_cut(monkeypatch):
-    """The discrepancy's leave-future-out refits learn priors from their cut windows, not the fit's."""
+def test_fit_from_batch_and_its_refits(monkeypatch):
+    """The fit says what it learnt; the discrepancy's leave-future-out refits learn their priors
+    from their own cut windows, not the fit's."""
     from bayes_scalerl.models import population
 
     seen = []
@@ -198,6 +207,11 @@ def test_refits_learn_their_priors_from_their_own_cut(monkeypatch):
 
     monkeypatch.setattr(population, "grid_loglik", spy)
     runs = _like_runs(4, seed=10)
-    bs.fit(runs, priors=bs.Priors(from_batch=True), chains=2, warmup=50, samples=50, progress=False)
+    f = bs.fit(runs, priors=bs.Priors(from_batch=True), chains=2, warmup=50, samples=50, progress=False)
+    assert "learnt from the batch" in f.settings["noise"]
+    assert f.settings["priors"]["from_batch"] is True
+    assert np.isfinite(f.dt["posterior"]["A"].values).all()
     assert len(seen) == 2
     assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
+    with pytest.raises(ValueError, match="independent model"):
+        bs.fit(runs, priors=bs.Priors(from_batch=True), model="hierarchical", chains=2, warmup=10, samples=10)
