@@ -36,18 +36,22 @@ __all__ = ["MODELS", "main", "simulate"]
 MODELS = {
     "default": {"priors": bs.Priors()},
     "batch": {"priors": bs.Priors(from_batch=True)},
+    # the ceiling A pooled too
+    "ceiling": {"priors": bs.Priors(from_batch="ceiling")},
     # every run its own recipe, pooled as one population (the same pooling of midpoints)
     "hierarchical": {"model": "hierarchical"},
 }
 
 
-def simulate(rng: np.random.Generator, n_runs: int, sd_b: float, sd_c: float) -> tuple:
+def simulate(
+    rng: np.random.Generator, n_runs: int, sd_b: float, sd_c: float, a_range: tuple = (0.5, 0.7)
+) -> tuple:
     """Runs and their truth (``C_mid`` at half the budget at the median: ``h / 2`` window ends)."""
     budget = np.exp(rng.uniform(np.log(4_000.0), np.log(16_000.0), n_runs))
     truth = pd.DataFrame(
         {
             "run": [f"r{i:03d}" for i in range(n_runs)],
-            "A": rng.uniform(0.5, 0.7, n_runs),
+            "A": rng.uniform(*a_range, n_runs),
             "B": np.exp(np.log(1.5) + sd_b * rng.standard_normal(n_runs)),
             "C_mid": budget * np.exp(np.log(0.5) + sd_c * rng.standard_normal(n_runs)),
             "R0": np.full(n_runs, 0.3),
@@ -66,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument("--seeds", default="0")
     p.add_argument("--sd-b", type=float, default=0.3, help="the population's sd of log B")
     p.add_argument("--sd-c", type=float, default=0.5, help="the population's sd of log C_mid")
+    p.add_argument("--a-range", default="0.5,0.7", help="the population of A: uniform on lo,hi")
     p.add_argument("--models", default="default,batch", help=f"comma-separated, of {list(MODELS)}")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -73,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     rows = []
     for seed in (int(s) for s in a.seeds.split(",")):
         for h in (float(x) for x in a.horizons.split(",")):
-            runs, _ = simulate(np.random.default_rng(seed), a.runs, a.sd_b, a.sd_c)
+            a_range = tuple(float(x) for x in a.a_range.split(","))
+            runs, _ = simulate(np.random.default_rng(seed), a.runs, a.sd_b, a.sd_c, a_range)
             for name in a.models.split(","):
                 kw = {"progress": False, "discrepancy": False, **MODELS[name]}
                 bt = bs.backtest(
@@ -83,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
                 noise = bt.fit.settings["noise"]
                 learnt = (
                     noise.split("learnt from the batch ", 1)[1].split(" (each run", 1)[0]
-                    if name == "batch"
+                    if name in ("batch", "ceiling")
                     else ""
                 )
                 rows.append(
@@ -113,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         f"{a.runs} exact sigmoids a fit: `log B ~ Normal(log 1.5, {a.sd_b:g})`, `log(C_mid / budget) ~ "
         f"Normal(log 0.5, {a.sd_c:g})` (so `C_mid` is h/2 times the window's end at the median), budgets "
         "log-uniform on 4k-16k, "
-        "A uniform on 0.5-0.7, R0 0.3, iid noise 0.01, 49 evaluations evenly spaced to the budget; "
+        f"A uniform on {a.a_range.replace(',', '-')}, R0 0.3, iid noise 0.01, "
+        "49 evaluations evenly spaced to the budget; "
         "fitted on the first 1/h of the budget without the discrepancy, scored on every later evaluation.",
         "",
         "| seed | horizon | model | coverage50 | coverage90 | width90 | crps | learnt |",

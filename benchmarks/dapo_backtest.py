@@ -200,6 +200,9 @@ def _table(df: pd.DataFrame) -> list[str]:
     return lines
 
 
+_FROM_BATCH = {"yes": True, "no": False, "ceiling": "ceiling"}
+
+
 def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -259,9 +262,10 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     p.add_argument("--smooth", type=float, default=5.0, help="with --digitise: the moving average's span (5)")
     p.add_argument(
         "--from-batch",
-        choices=("yes", "no"),
+        choices=("yes", "no", "ceiling"),
         default=None,
-        help="priors of B and C_mid learnt from the batch (bs.Priors(from_batch=...); default bs.Priors()'s)",
+        help="priors of B and C_mid (ceiling: and A) learnt from the batch (bs.Priors(from_batch=...); "
+        "default bs.Priors()'s)",
     )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -271,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         likelihood=a.likelihood,
         rho=rho if rho in ("auto", "reml", None) else float(rho),
         R0_fitted=a.r0 == "fitted",
-        **({} if a.from_batch is None else {"from_batch": a.from_batch == "yes"}),
+        **({} if a.from_batch is None else {"from_batch": _FROM_BATCH[a.from_batch]}),
     )
     t0 = time.perf_counter()
     disc = None

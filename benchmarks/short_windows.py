@@ -47,6 +47,7 @@ MODELS = {
     "ar1": {"discrepancy": False},
     "gaussian": {"discrepancy": False, "priors": bs.Priors(likelihood="gaussian")},
     "batch": {"priors": bs.Priors(from_batch=True)},
+    "ceiling": {"priors": bs.Priors(from_batch="ceiling")},
 }
 
 

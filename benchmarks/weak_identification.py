@@ -78,6 +78,7 @@ def main(argv=None) -> None:
         "r0-fitted-no-retry": {"priors": bs.Priors(R0_fitted=True), "retry": False},
         # priors of B and C_mid learnt from the batch (each run's from the other runs)
         "batch": {"priors": bs.Priors(from_batch=True)},
+        "ceiling": {"priors": bs.Priors(from_batch="ceiling")},  # and of A
         "ta095": {"target_accept": 0.95},
         "s1000": {"samples": 1000},
         "ta095-s1000": {"target_accept": 0.95, "samples": 1000},

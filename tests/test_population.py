@@ -12,20 +12,22 @@ from scipy import integrate, stats
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.simulate import simulate_runs
 from bayes_scalerl.engine import padded_inputs
+from bayes_scalerl.models import population
 from bayes_scalerl.models.population import grid_loglik, learn_population
 
 GAUSS = bs.Priors(likelihood="gaussian", shape_noise=None)
 
 
-def _runs(log_B, log_c_mid, ends, seed=0, n_points=12, sigma=0.01):
+def _runs(log_B, log_c_mid, ends, seed=0, n_points=12, sigma=0.01, A=None):
     """Exact sigmoids, each evaluated at ``n_points`` evenly spaced points up to its end."""
     rng = np.random.default_rng(seed)
     frames = []
+    A = np.full(len(ends), 0.6) if A is None else A
     for i, (lb, lc, end) in enumerate(zip(log_B, log_c_mid, ends, strict=True)):
         truth = pd.DataFrame(
             {
                 "run": [f"r{i:03d}"],
-                "A": [0.6],
+                "A": [A[i]],
                 "B": [math.exp(lb)],
                 "C_mid": [math.exp(lc)],
                 "R0": [0.3],
@@ -43,6 +45,21 @@ def _like_runs(n, seed):
     return _runs(log_B, np.log(500.0) + 0.2 * rng.standard_normal(n), np.full(n, 1500.0))
 
 
+def _grid(ll, loc):
+    """A grid of the default priors' span holding the log-likelihoods ``ll`` (run, 29, 41)."""
+    zeros = np.zeros(ll.shape + (1,))
+    return bs.models.population.GridLik(
+        math.log(2.0) + 0.7 * np.linspace(-3.5, 3.5, 29),
+        1.5 * np.linspace(-3.5, 3.5, 41),
+        loc,
+        ll,
+        np.zeros(len(ll)),
+        zeros,
+        zeros,
+        zeros + 1.0,
+    )
+
+
 def test_grid_loglik_matches_quadrature():
     """Differences between cells equal a direct double integral over the gain and sigma.
 
@@ -55,12 +72,17 @@ def test_grid_loglik_matches_quadrature():
     m = w.mask[0]
     c, y, R0 = w.compute[0][m], w.reward[0][m], float(w.R0[0])
 
-    def direct(lb, lc):
+    def direct(lb, lc, A=None):
         s = 1.0 / (1.0 + np.exp(-np.exp(lb) * (np.log(c) - lc)))
+        if A is None:  # uniform on (R0, 1)
+            gain_prior = lambda gain: 1.0 / (1.0 - R0)  # noqa: E731
+        else:  # Normal(mu_A, tau_A) truncated to (R0, 1)
+            law = stats.truncnorm((R0 - A[0]) / A[1], (1.0 - A[0]) / A[1], loc=A[0], scale=A[1])
+            gain_prior = lambda gain: law.pdf(R0 + gain)  # noqa: E731
 
         def lik(gain, log_sigma):
             sd = math.exp(log_sigma)
-            prior = stats.halfnorm.pdf(sd, scale=GAUSS.sigma_scale) * sd / (1.0 - R0)
+            prior = stats.halfnorm.pdf(sd, scale=GAUSS.sigma_scale) * sd * gain_prior(gain)
             return np.exp(stats.norm.logpdf(y - R0 - gain * s, scale=sd).sum() + 30.0) * prior
 
         val, _ = integrate.dblquad(lik, math.log(1e-3), math.log(0.2), 0.0, 1.0 - R0, epsabs=0, epsrel=1e-7)
@@ -69,6 +91,14 @@ def test_grid_loglik_matches_quadrature():
     cells = [(3, 4), (2, 5), (4, 3)]
     ref = [direct(g.log_B[i], g.log_loc[0] + g.offset[j]) for i, j in cells]
     got = [g.loglik[0, i, j] for i, j in cells]
+    np.testing.assert_allclose(np.diff(got), np.diff(ref), atol=0.02)
+    # with a population of A (learn_population(ceiling=True)): the gain's likelihood,
+    # a mixture of normals over sigma's grid, times A's truncated normal
+    hyper = [(0.6, 0.05), (0.45, 0.2)]
+    axis = population._Axis(np.array([h[0] for h in hyper]), np.array([h[1] for h in hyper]), np.zeros(2))
+    terms = population._ceiling_terms(g, np.array([0]), axis)[0]
+    ref = [direct(g.log_B[i], g.log_loc[0] + g.offset[j], h) for i, j in cells[:2] for h in hyper]
+    got = [terms[i, j, k] for i, j in cells[:2] for k in range(len(hyper))]
     np.testing.assert_allclose(np.diff(got), np.diff(ref), atol=0.02)
 
 
@@ -97,12 +127,16 @@ def test_population_recovered_and_each_run_left_out():
     )
     assert abs(rel + 1.0) < 0.15
     # run 0's prior does not use run 0's data: replace its curve by another, rows[0] stays
+    # (exactly on one grid; the finer grid is placed by the whole batch, here moving
+    # rows[0] by about 1e-4), while the other runs' priors move by its weight (here 0.008)
     other = g.loglik.copy()
     other[0] = g.loglik[1]
-    again = learn_population(g._replace(loglik=other), GAUSS)
-    if again.scale == pop.scale:
-        np.testing.assert_allclose(again.rows[0], pop.rows[0], rtol=0, atol=1e-9)
-        assert np.abs(again.rows[1:] - pop.rows[1:]).max() > 1e-6
+    for refine, tol in ((0, 1e-9), (2, 1e-3)):
+        pop = learn_population(g, GAUSS, refine=refine)
+        again = learn_population(g._replace(loglik=other), GAUSS, refine=refine)
+        assert again.scale == pop.scale
+        np.testing.assert_allclose(again.rows[0], pop.rows[0], rtol=0, atol=tol)
+        assert np.abs(again.rows[1:] - pop.rows[1:]).max() > 5e-3
 
 
 def test_uninformative_batch_keeps_the_default_prior():
@@ -113,14 +147,36 @@ def test_uninformative_batch_keeps_the_default_prior():
     """
     flat = np.zeros((5, 29, 41))
     loc = np.log(np.full(5, 1000.0))
-    g = bs.models.population.GridLik(
-        math.log(2.0) + 0.7 * np.linspace(-3.5, 3.5, 29), 1.5 * np.linspace(-3.5, 3.5, 41), loc, flat
-    )
+    g = _grid(flat, loc)
     pop = learn_population(g, bs.Priors())
     np.testing.assert_allclose(pop.rows[:, 0], math.log(2.0), atol=0.05)
     np.testing.assert_allclose(pop.rows[:, 1], 0.7, atol=0.05)
     np.testing.assert_allclose(pop.rows[:, 2], loc, atol=0.05)
     np.testing.assert_allclose(pop.rows[:, 3], 1.5, atol=0.08)
+
+
+def test_ceiling_population_recovered():
+    """``ceiling=True`` learns a population of A too, each run's prior from the other runs.
+
+    40 runs whose windows reach three times their midpoints (each run's A known to about
+    0.01), A drawn from Normal(0.62, 0.03): the learnt mean is within 0.02 of 0.62
+    (3 standard errors of a mean of 40 draws of sd 0.03 is 0.014) and the predictive sd,
+    the population's 0.03 plus the uncertainty of its mean and of each run's A, between
+    0.02 and 0.05 (the default prior, uniform on (0.3, 1), has sd 0.2).
+    """
+    rng = np.random.default_rng(11)
+    n = 40
+    A = 0.62 + 0.03 * rng.standard_normal(n)
+    log_B = math.log(1.5) + 0.2 * rng.standard_normal(n)
+    ends = np.full(n, 1500.0)
+    runs = _runs(log_B, np.log(ends / 3.0) + 0.2 * rng.standard_normal(n), ends, seed=12, A=A)
+    pop = learn_population(grid_loglik(runs.window(), GAUSS), GAUSS, ceiling=True)
+    assert pop.rows.shape == (n, 6)
+    assert abs(pop.A_mean - 0.62) < 0.02
+    assert 0.02 < pop.A_sd < 0.05
+    # each run's prior is its predictive from the others: near the population's
+    np.testing.assert_allclose(pop.rows[:, 4], pop.A_mean, atol=0.01)
+    assert "A mean" in pop.describe()
 
 
 @pytest.mark.parametrize("shared", ["relative", "absolute"])
@@ -176,19 +232,17 @@ def test_a_group_counts_once_and_is_left_out_whole():
     rng = np.random.default_rng(9)
     ll = rng.normal(0.0, 3.0, (6, 29, 41))
     loc = np.log(np.full(6, 1000.0))
-    g = bs.models.population.GridLik(
-        math.log(2.0) + 0.7 * np.linspace(-3.5, 3.5, 29), 1.5 * np.linspace(-3.5, 3.5, 41), loc, ll
-    )
+    g = _grid(ll, loc)
     groups = np.array(["a", "a", "b", "c", "d", "e"])
-    pop = learn_population(g, bs.Priors(), groups=groups)
+    pop = learn_population(g, bs.Priors(), groups=groups, refine=0)  # one grid: exact
     # run 0's prior is run 1's: both come from runs 2-5 alone
     np.testing.assert_allclose(pop.rows[0], pop.rows[1], rtol=0, atol=1e-12)
-    ref = learn_population(g._replace(loglik=ll[[0, 2, 3, 4, 5]], log_loc=loc[:5]), bs.Priors())
+    ref = learn_population(g.take([0, 2, 3, 4, 5]), bs.Priors(), refine=0)
     assert ref.scale == pop.scale  # every window ends at one compute: the two ways tie
     np.testing.assert_allclose(pop.rows[0], ref.rows[0], rtol=0, atol=1e-9)
     # a duplicated curve in a group of two weighs what the curve alone weighs
-    dup = learn_population(g._replace(loglik=ll[[0, 0, 2, 3, 4, 5]]), bs.Priors(), groups=groups)
-    once = learn_population(g._replace(loglik=ll[[0, 2, 3, 4, 5]], log_loc=loc[:5]), bs.Priors())
+    dup = learn_population(g.take([0, 0, 2, 3, 4, 5]), bs.Priors(), groups=groups, refine=0)
+    once = learn_population(g.take([0, 2, 3, 4, 5]), bs.Priors(), refine=0)
     assert dup.scale == once.scale
     np.testing.assert_allclose(dup.rows[2:], once.rows[1:], rtol=0, atol=1e-9)
 

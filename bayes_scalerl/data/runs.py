@@ -109,10 +109,11 @@ class FitWindow(NamedTuple):
     step : ndarray, shape (run, point), optional
         The training step of each point (the ``step`` column; NaN where unknown), which
         the AR(1) noise's lags count in (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`).
-    prior : ndarray, shape (run, 4), optional
+    prior : ndarray, shape (run, 4) or (run, 6), optional
         Each run's own prior of ``log B`` (median, sd) and ``log C_mid`` (median in log
-        compute, sd), learnt from the batch (``Priors(from_batch=True)``,
-        :mod:`~bayes_scalerl.models.population`): data of the program, like ``rho``.
+        compute, sd), and with ``Priors(from_batch="ceiling")`` of ``A`` (location and
+        scale of a normal truncated to ``(R0, 1)``), learnt from the batch
+        (:mod:`~bayes_scalerl.models.population`): data of the program, like ``rho``.
     """
 
     compute: np.ndarray

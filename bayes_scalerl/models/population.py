@@ -29,6 +29,7 @@ diagnostics are unchanged.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import NamedTuple
 
@@ -39,7 +40,7 @@ from scipy.special import logsumexp, ndtr
 
 from ..engine import runtime
 from .priors import Priors
-from .scalerl import gain_conditional
+from .scalerl import gain_conditional, log_diff_ndtr
 
 __all__ = ["GridLik", "Population", "grid_loglik", "learn_population", "training_runs"]
 
@@ -56,13 +57,28 @@ class GridLik(NamedTuple):
     log_loc : ndarray, shape (run,)
         Each run's default prior median of ``log C_mid`` (its window's end).
     loglik : ndarray, shape (run, b, c)
-        ``log p(y | B, C_mid)``, up to a constant per run.
+        ``log p(y | B, C_mid)``, up to a constant per run (``A`` uniform on ``(R0, 1)``).
+    R0 : ndarray, shape (run,)
+        Each run's reward before training.
+    gain_loglik, gain_mean, gain_sd : ndarray, shape (run, b, c, k)
+        The likelihood of the gain ``g = A - R0`` in each cell at each of ``k`` values of
+        ``sigma`` (weighted by its prior), ``exp(gain_loglik) Normal(g; gain_mean, gain_sd)``
+        over the whole real line, whose sum over ``k`` integrates ``sigma``: what a
+        population of ``A`` needs (``learn_population(ceiling=True)``).
     """
 
     log_B: np.ndarray
     offset: np.ndarray
     log_loc: np.ndarray
     loglik: np.ndarray
+    R0: np.ndarray
+    gain_loglik: np.ndarray
+    gain_mean: np.ndarray
+    gain_sd: np.ndarray
+
+    def take(self, idx) -> GridLik:
+        """The grid of the runs ``idx``."""
+        return self._replace(**{f: getattr(self, f)[idx] for f in self._fields[2:]})
 
 
 class Population(NamedTuple):
@@ -70,9 +86,10 @@ class Population(NamedTuple):
 
     Attributes
     ----------
-    rows : ndarray, shape (run, 4)
+    rows : ndarray, shape (run, 4) or (run, 6)
         Each run's prior: median of ``log B``, its sd, median of ``log C_mid`` (absolute
-        log compute), its sd (``FitWindow.prior``).
+        log compute), its sd (``FitWindow.prior``); with the ceiling pooled, also the
+        location and scale of ``A``'s normal (truncated to ``(R0, 1)`` in the fit).
     scale : {"relative", "absolute"}
         How ``C_mid`` is shared: relative to each run's window end, or in compute.
     log_evidence : dict
@@ -90,6 +107,8 @@ class Population(NamedTuple):
     B_log_sd: float
     C_mid_factor: float
     C_mid_log_sd: float
+    A_mean: float | None = None
+    A_sd: float | None = None
 
     def describe(self) -> str:
         """One line for the fit's settings."""
@@ -98,10 +117,13 @@ class Population(NamedTuple):
             if self.scale == "relative"
             else f"C_mid median {self.C_mid_factor:.4g} compute units"
         )
+        what, ceiling = "B and C_mid", ""
+        if self.A_mean is not None:
+            what, ceiling = "A, B and C_mid", f"; A mean {self.A_mean:.3f}, sd {self.A_sd:.3f}"
         return (
-            f"priors of B and C_mid learnt from the batch ({self.scale} midpoints): B median "
-            f"{self.B_median:.3g}, log sd {self.B_log_sd:.2f}; {where}, log sd {self.C_mid_log_sd:.2f} "
-            "(each run's prior from the other runs)"
+            f"priors of {what} learnt from the batch ({self.scale} midpoints): B median "
+            f"{self.B_median:.3g}, log sd {self.B_log_sd:.2f}; {where}, log sd {self.C_mid_log_sd:.2f}"
+            f"{ceiling} (each run's prior from the other runs)"
         )
 
 
@@ -148,14 +170,17 @@ def grid_loglik(window, priors: Priors, *, n_b: int = 29, n_c: int = 41, chunk: 
     half = np.minimum(2.5, 4.0 / np.sqrt(2.0 * n_fit)) + 0.25
     use_rho = priors.likelihood == "ar1"
     out = np.empty((n_runs, n_b, n_c))
+    gain = np.empty((3, n_runs, n_b, n_c, _N_SIGMA))
     fn = _grid_fn(priors, use_rho)
     for lo in range(0, n_runs, chunk):
         hi = min(lo + chunk, n_runs)
         idx = jnp.asarray(np.concatenate([np.arange(lo, hi), np.full(chunk - (hi - lo), lo)]))
         d = jax.tree_util.tree_map(lambda a, idx=idx: a[idx], data)
-        res = fn(d, jnp.asarray(log_B), jnp.asarray(offset), jnp.asarray(half[idx]))
-        out[lo:hi] = np.asarray(res)[: hi - lo]
-    return GridLik(log_B, offset, np.asarray(data.log_c_mid_loc, dtype=np.float64), out)
+        ll, g = fn(d, jnp.asarray(log_B), jnp.asarray(offset), jnp.asarray(half[idx]))
+        out[lo:hi] = np.asarray(ll)[: hi - lo]
+        gain[:, lo:hi] = np.asarray(g)[:, : hi - lo]
+    log_loc = np.asarray(data.log_c_mid_loc, dtype=np.float64)
+    return GridLik(log_B, offset, log_loc, out, np.asarray(data.R0, dtype=np.float64), *gain)
 
 
 _GRID_CACHE: dict = {}
@@ -173,19 +198,29 @@ def _grid_fn(priors: Priors, use_rho: bool):
                 sig = jnp.exp(log_sigma)
                 # the half-normal prior of sigma, in log sigma
                 lp = log_sigma - 0.5 * (sig / priors.sigma_scale) ** 2
-                return gain_conditional(lb, lc, sig, data.R0, data, priors, rho=rho).log_norm + lp
+                cond = gain_conditional(lb, lc, sig, data.R0, data, priors, rho=rho)
+                # log_free holds the uniform prior's 1/upper: without it, the gain's
+                # likelihood integrated over the real line
+                free = cond.log_free + jnp.log(cond.upper) + lp
+                return cond.log_norm + lp, free, cond.mean, cond.sd
 
             def cell(lb, off):
                 lc = data.log_c_mid_loc + off
-                coarse = jax.vmap(lambda t: at(lb, lc, t))(jnp.asarray(_COARSE))
+                coarse = jax.vmap(lambda t: at(lb, lc, t)[0])(jnp.asarray(_COARSE))
                 # then a fine grid of the same spacing in every cell of the run, around the best
                 fine = coarse.argmax()
                 fine = jnp.asarray(_COARSE)[fine] + half * jnp.linspace(-1.0, 1.0, _N_SIGMA)
-                return jax.scipy.special.logsumexp(jax.vmap(lambda t: at(lb, lc, t))(fine))
+                ll, free, mean, sd = jax.vmap(lambda t: at(lb, lc, t))(fine)
+                # the gain's likelihood: a mixture of normals over sigma's grid
+                return jax.scipy.special.logsumexp(ll), jnp.stack([free, mean, sd])
 
             return jax.vmap(jax.vmap(cell, (None, 0)), (0, None))(log_B, offset)
 
-        _GRID_CACHE[key] = jax.jit(jax.vmap(one, (0, None, None, 0)))
+        def batched(data, log_B, offset, half):
+            ll, gain = jax.vmap(one, (0, None, None, 0))(data, log_B, offset, half)
+            return ll, jnp.moveaxis(gain, 3, 0)  # run, b, c, 3, k -> 3, run, b, c, k
+
+        _GRID_CACHE[key] = jax.jit(batched)
     return _GRID_CACHE[key]
 
 
@@ -203,8 +238,27 @@ def _cell_weights(points: np.ndarray, mu: np.ndarray, tau: np.ndarray) -> np.nda
     return np.diff(cdf, axis=-1)
 
 
-def _hyper_grid(centre: float, sd: float, spread: float, n_mu: int = 25, n_tau: int = 10):
-    """The grid of a population's ``(mu, tau)`` and its log prior weights.
+class _Axis(NamedTuple):
+    """One population's hyperparameters on a grid: ``mu``, ``tau`` (flattened) and log weights."""
+
+    mu: np.ndarray
+    tau: np.ndarray
+    lw: np.ndarray
+
+
+def _axis(centre: float, s_mu: float, s_tau: float, mu: np.ndarray, tau: np.ndarray) -> _Axis:
+    """The product grid of ``mu`` (evenly spaced) and ``tau`` (geometric), weighted by the
+    hyperprior ``mu ~ Normal(centre, s_mu)``, ``tau ~ HalfNormal(s_tau)``."""
+    lw_mu = -0.5 * ((mu - centre) / s_mu) ** 2
+    # the tau grid is geometric: each point stands for a width proportional to tau
+    lw_tau = -0.5 * (tau / s_tau) ** 2 + np.log(tau)
+    MU, TAU = np.meshgrid(mu, tau, indexing="ij")
+    lw = (lw_mu[:, None] + lw_tau[None, :]).ravel()
+    return _Axis(MU.ravel(), TAU.ravel(), lw - logsumexp(lw))
+
+
+def _hyper_grid(centre: float, sd: float, spread: float, n_mu: int = 25, n_tau: int = 10) -> _Axis:
+    """The first grid of a population's ``(mu, tau)``, over its hyperprior.
 
     ``mu ~ Normal(centre, sqrt(sd^2 / 2 + spread^2))``, ``tau ~ HalfNormal(sd / sqrt(2))``:
     the predictive of a run is the default prior ``Normal(centre, sd)`` when ``spread`` is 0.
@@ -212,17 +266,89 @@ def _hyper_grid(centre: float, sd: float, spread: float, n_mu: int = 25, n_tau: 
     s_mu = math.sqrt(0.5 * sd * sd + spread * spread)
     mu = centre + s_mu * np.linspace(-3.0, 3.0, n_mu)
     tau = sd * np.geomspace(0.04, 2.0, n_tau)
-    s_tau = sd / math.sqrt(2.0)
-    lw_mu = -0.5 * ((mu - centre) / s_mu) ** 2
-    # the tau grid is geometric: each point stands for a width proportional to tau
-    lw_tau = -0.5 * (tau / s_tau) ** 2 + np.log(tau)
-    MU, TAU = np.meshgrid(mu, tau, indexing="ij")
-    lw = (lw_mu[:, None] + lw_tau[None, :]).ravel()
-    return MU.ravel(), TAU.ravel(), lw - logsumexp(lw)
+    return _axis(centre, s_mu, sd / math.sqrt(2.0), mu, tau)
+
+
+def _spans(axis: _Axis, w: np.ndarray) -> np.ndarray:
+    """Where posteriors ``w`` (run, point) of an axis have their mass: for each run, ``mu``'s
+    and ``log tau``'s mean +- 4 sd, at least one step of the grid either way (a posterior
+    narrower than the steps is located by them only to within a step). Shape (run, 4)."""
+    out = []
+    for x in (axis.mu, np.log(axis.tau)):
+        grid = np.unique(x)
+        step = float(grid[1] - grid[0]) if grid.size > 1 else 1.0
+        m = w @ x
+        half = np.maximum(4.0 * np.sqrt(np.maximum(w @ x**2 - m**2, 0.0)), step)
+        out += [m - half, m + half]
+    return np.stack(out, axis=-1)
+
+
+def _refine(axis: _Axis, spans: np.ndarray, hyper: tuple, n_mu: int, n_tau: int) -> _Axis:
+    """A finer grid over ``spans`` (from :func:`_spans`: their union), weighted by the same hyperprior."""
+    m_lo, m_hi = spans[:, 0].min(), spans[:, 1].max()
+    lo_tau = math.log(axis.tau.min())  # tau stays above the first grid's least
+    t_lo, t_hi = max(spans[:, 2].min(), lo_tau), max(spans[:, 3].max(), lo_tau + 1e-3)
+    return _axis(*hyper, np.linspace(m_lo, m_hi, n_mu), np.exp(np.linspace(t_lo, t_hi, n_tau)))
+
+
+_NEGLIGIBLE = 25.0  # cells this far (log units) below a run's best are left out of its population
+
+
+def _ceiling_terms(grid: GridLik, idx: np.ndarray, axis: _Axis) -> np.ndarray:
+    """``log p(y | B, C_mid, mu_A, tau_A)`` of runs ``idx`` in each cell, shape (run, b, c, h).
+
+    ``A ~ Normal(mu_A, tau_A)`` truncated to ``(R0, 1)``: the cell's gain likelihood (a
+    mixture of normals over ``sigma``'s grid, :class:`GridLik`) times that prior,
+    integrated in closed form. Cells whose likelihood (``A`` uniform on ``(R0, 1)``) is
+    more than ``exp(25)`` below the run's best are ``-inf``: no prior of ``A`` lifts
+    them back (the densest, ``tau_A`` 0.005, by ``exp(4.4)`` at most).
+    """
+    free = grid.gain_loglik[idx]
+    flat = grid.loglik[idx]  # A uniform on (R0, 1): the gain's likelihood where A can be
+    keep = flat >= flat.max(axis=(1, 2), keepdims=True) - _NEGLIGIBLE
+    where = np.nonzero(keep)
+    n = where[0].size
+    size = max(256, 1 << (n - 1).bit_length())  # few compiled shapes: powers of two
+    take = tuple(np.concatenate([w, np.full(size - n, w[0])]) for w in where)
+    with runtime.x64():
+        out = _ceiling_fn(
+            jnp.asarray(free[take]),
+            jnp.asarray(grid.gain_mean[idx][take]),
+            jnp.asarray(grid.gain_sd[idx][take]),
+            jnp.asarray(grid.R0[idx][take[0]]),
+            jnp.asarray(axis.mu),
+            jnp.asarray(axis.tau),
+        )
+        terms = np.full(keep.shape + (axis.mu.size,), -np.inf)
+        terms[where] = np.asarray(out)[:n]
+    return terms
+
+
+@jax.jit
+def _ceiling_fn(free, m, sd, R0, mu, tau):
+    """:func:`_ceiling_terms` of cells (cell, k) and hyperparameters (h,): (cell, h)."""
+    m, v = m[..., None], sd[..., None] ** 2  # cell, k, h
+    R0 = R0[:, None, None]
+    upper = 1.0 - R0
+    mu0 = mu - R0  # the gain's prior mean
+    t2 = tau**2
+    log_joint = -0.5 * (m - mu0) ** 2 / (v + t2) - 0.5 * jnp.log(2.0 * jnp.pi * (v + t2))
+    prec = 1.0 / v + 1.0 / t2
+    mean = (m / v + mu0 / t2) / prec
+    s = 1.0 / jnp.sqrt(prec)
+    mass = log_diff_ndtr(-mean / s, (upper - mean) / s)
+    norm = log_diff_ndtr(-mu0 / tau, (upper - mu0) / tau)[:, 0]
+    return jax.scipy.special.logsumexp(free[..., None] + log_joint + mass, axis=1) - norm
 
 
 def learn_population(
-    grid: GridLik, priors: Priors, *, groups: np.ndarray | None = None, chunk: int = 256
+    grid: GridLik,
+    priors: Priors,
+    *,
+    groups: np.ndarray | None = None,
+    chunk: int | None = None,
+    ceiling: bool = False,
+    refine: int = 2,
 ) -> Population:
     """The population of ``(log B, log C_mid)`` and each run's prior from the other runs.
 
@@ -236,77 +362,155 @@ def learn_population(
         Runs that share a label share data (several metrics of one training run): a group
         counts as one run in the population (each of its runs weighted by one over its
         size), and each run's prior is learnt without its group. Default: each run its own.
-    chunk : int
-        Runs per block (bounds memory).
+    chunk : int, optional
+        Runs per block (bounds memory; default 256, or 8 with ``ceiling``).
+    ceiling : bool
+        Pool the ceiling too: ``A ~ Normal(mu_A, tau_A)`` truncated to each run's
+        ``(R0, 1)``, under a hyperprior whose predictive is about as wide as the default's
+        uniform ``A``. Where windows end before the midpoints, a shared ceiling pins where
+        along its ``(B, C_mid)`` ridge each run sits.
+    refine : int
+        How many times the hyperparameters are integrated again, each time on a finer grid
+        (see Notes). With 0 each run's prior is exactly independent of its own data;
+        otherwise up to the quadrature's error.
 
     Returns
     -------
     Population
+
+    Notes
+    -----
+    The hyperparameters are integrated on a grid over the hyperprior first, then (twice by
+    default) on a finer grid where the last grid's posteriors (given all runs, and given
+    all but each run's group) have their mass: a batch of hundreds of runs locates its
+    population far more finely than a grid over the hyperprior can.
     """
-    ll = grid.loglik - grid.loglik.max(axis=(1, 2), keepdims=True)
-    P = np.exp(ll)  # run, b, c
-    n_runs = P.shape[0]
-    muB, tauB, lwB = _hyper_grid(math.log(priors.B_median), priors.B_log_sd, 0.0)
-    WB = _cell_weights(grid.log_B, muB, tauB)  # hB, b
+    n_runs = grid.loglik.shape[0]
+    chunk = chunk or (8 if ceiling else 256)
+    n_mu, n_tau = (13, 6) if ceiling else (25, 10)
     loc = grid.log_loc
     # a group counts as one run in the population (its curves share a training run's data)
     codes = _codes(groups, n_runs)
     weight = 1.0 / np.bincount(codes)[codes]
-    fits = {}
-    for scale in ("relative", "absolute"):
-        if scale == "relative":
-            muC, tauC, lwC = _hyper_grid(0.0, priors.C_mid_log_sd, 0.0)
+    b_centre, b_sd = math.log(priors.B_median), priors.B_log_sd
+    hyper_B = (b_centre, b_sd / math.sqrt(2.0), b_sd / math.sqrt(2.0))
+    axes = {"B": _hyper_grid(b_centre, b_sd, 0.0, n_mu, n_tau)}
+    hyper_C = {
+        "relative": (0.0, priors.C_mid_log_sd, 0.0),
+        "absolute": (float(loc.mean()), priors.C_mid_log_sd, float(loc.std())),
+    }
+    hyper = {"B": hyper_B}
+    for scale, (centre, sd, spread) in hyper_C.items():
+        axes[scale] = _hyper_grid(centre, sd, spread, n_mu, n_tau)
+        hyper[scale] = (centre, math.sqrt(0.5 * sd * sd + spread * spread), sd / math.sqrt(2.0))
+    if ceiling:  # mu_A ~ N(0.55, 0.25), tau_A ~ HalfNormal(0.25): the predictive spans (0, 1)
+        hyper["A"] = (0.55, 0.25, 0.25)
+        axes["A"] = _axis(*hyper["A"], np.linspace(-0.2, 1.2, 12), np.geomspace(0.005, 0.6, 5))
+    else:  # one point: the uniform prior of A (GridLik.loglik)
+        axes["A"] = _Axis(np.zeros(1), np.ones(1), np.zeros(1))
+
+    # each block's cells are kept between passes over one grid of A, where they fit in memory
+    keep = ceiling and n_runs * grid.loglik[0].size * axes["A"].mu.size <= 2e7
+    cache: dict = {}
+
+    def cells(idx, ax):
+        """Each run's likelihood on (b, c, A's hyper-grid), up to a constant per run."""
+        key = (idx[0], idx.size, id(ax["A"]))
+        if key in cache:
+            return cache[key]
+        if ceiling:
+            ll = _ceiling_terms(grid, idx, ax["A"])
         else:
-            muC, tauC, lwC = _hyper_grid(float(loc.mean()), priors.C_mid_log_sd, float(loc.std()))
+            ll = grid.loglik[idx][..., None]
+        out = np.exp(ll - ll.max(axis=(1, 2, 3), keepdims=True))
+        if keep:
+            cache[key] = out
+        return out
 
-        def per_run(idx, muC=muC, tauC=tauC, scale=scale):
-            if scale == "relative":
-                WC = _cell_weights(grid.offset, muC, tauC)[None]  # 1, hC, c
-            else:
-                WC = _cell_weights(loc[idx, None] + grid.offset[None, :], muC, tauC)  # run, hC, c
-            m = np.einsum("hb,rbc->rhc", WB, P[idx])
-            WC = np.broadcast_to(WC, (len(idx),) + WC.shape[1:])
-            return np.log(np.maximum(np.einsum("rhc,rkc->rhk", m, WC), 1e-300))
+    def per_run(idx, P, ax, scale):
+        """log p(y_i | hyperparameters) of runs ``idx``, shape (run, hB, hC, hA)."""
+        m = np.einsum("hb,rbca->rhac", _cell_weights(grid.log_B, ax["B"].mu, ax["B"].tau), P, optimize=True)
+        if scale == "relative":
+            WC = _cell_weights(grid.offset, ax[scale].mu, ax[scale].tau)  # hC, c
+            out = np.einsum("rhac,kc->rhka", m, WC, optimize=True)
+        else:
+            WC = _cell_weights(
+                loc[idx, None] + grid.offset[None, :], ax[scale].mu, ax[scale].tau
+            )  # run, hC, c
+            out = np.einsum("rhac,rkc->rhka", m, WC, optimize=True)
+        return np.log(np.maximum(out, 1e-300))
 
-        total = np.zeros((muB.size, muC.size))
+    def log_posts(ax, scales):
+        totals = {s: 0.0 for s in scales}
         for lo in range(0, n_runs, chunk):
             idx = np.arange(lo, min(lo + chunk, n_runs))
-            total += np.tensordot(weight[idx], per_run(idx), axes=1)
-        log_post = total + lwB[:, None] + lwC[None, :]
-        fits[scale] = (muC, tauC, lwC, per_run, log_post, float(logsumexp(log_post)))
+            P = cells(idx, ax)
+            for s in scales:
+                totals[s] = totals[s] + np.tensordot(weight[idx], per_run(idx, P, ax, s), axes=1)
+        return {
+            s: totals[s] + ax["B"].lw[:, None, None] + ax[s].lw[None, :, None] + ax["A"].lw[None, None, :]
+            for s in scales
+        }
+
+    def left_out(ax, scale, log_post):
+        """Each block of runs and their posteriors of the hyperparameters without their group."""
+        for idx, starts in _group_blocks(groups, n_runs, chunk):
+            L = weight[idx, None, None, None] * per_run(idx, cells(idx, ax), ax, scale)
+            own = np.add.reduceat(L, starts, axis=0)
+            own = np.repeat(own, np.diff(np.append(starts, len(idx))), axis=0)
+            lp = log_post[None] - own
+            w = np.exp(lp - lp.max(axis=(1, 2, 3), keepdims=True))
+            yield idx, w / w.sum(axis=(1, 2, 3), keepdims=True)
+
+    fits = log_posts(axes, ["relative", "absolute"])
+    evidence = {s: float(logsumexp(f)) for s, f in fits.items()}
     # relative unless absolute is better (they tie, up to rounding, when every window ends alike)
-    scale = "absolute" if fits["absolute"][5] > fits["relative"][5] + 1e-6 else "relative"
-    muC, tauC, lwC, per_run, log_post, _ = fits[scale]
-    rows = np.empty((n_runs, 4))
-    for idx, starts in _group_blocks(groups, n_runs, chunk):
-        L = weight[idx, None, None] * per_run(idx)
-        own = np.repeat(np.add.reduceat(L, starts, axis=0), np.diff(np.append(starts, len(idx))), axis=0)
-        lp = log_post[None] - own  # leave the run's group out
-        w = np.exp(lp - lp.max(axis=(1, 2), keepdims=True))
-        w /= w.sum(axis=(1, 2), keepdims=True)
-        wB, wC = w.sum(axis=2), w.sum(axis=1)  # run, hB / run, hC
-        mB = wB @ muB
-        vB = wB @ (tauB**2 + muB**2) - mB**2
-        mC = wC @ muC
-        vC = wC @ (tauC**2 + muC**2) - mC**2
-        rows[idx, 0] = mB
-        rows[idx, 1] = np.sqrt(np.maximum(vB, 1e-6))
+    scale = "absolute" if evidence["absolute"] > evidence["relative"] + 1e-6 else "relative"
+    ax, log_post = {"B": axes["B"], scale: axes[scale], "A": axes["A"]}, fits[scale]
+    # finer grids where the posterior given all runs, and given all but each run's group,
+    # have their mass (each left-out posterior stays within the grid, so leaving out is
+    # exact up to the quadrature); their weights are the hyperprior's density at their points
+    names = ("B", scale, "A") if ceiling else ("B", scale)
+    for _ in range(int(refine)):
+        full = np.exp(log_post - log_post.max())[None]
+        posts = itertools.chain([full / full.sum()], (w for _, w in left_out(ax, scale, log_post)))
+        spans = {name: [] for name in names}
+        for w in posts:
+            for k, name in enumerate(names):
+                spans[name].append(_spans(ax[name], w.sum(axis=tuple(j for j in (1, 2, 3) if j != k + 1))))
+        for name in names:
+            ax[name] = _refine(ax[name], np.concatenate(spans[name]), hyper[name], n_mu, n_tau)
+        log_post = log_posts(ax, [scale])[scale]
+    muB, tauB = ax["B"].mu, ax["B"].tau
+    muC, tauC = ax[scale].mu, ax[scale].tau
+    muA, tauA = ax["A"].mu, ax["A"].tau
+    rows = np.empty((n_runs, 6 if ceiling else 4))
+
+    def moments(w, mu, tau):
+        m = w @ mu
+        return m, np.sqrt(np.maximum(w @ (tau**2 + mu**2) - m**2, 1e-6))
+
+    for idx, w in left_out(ax, scale, log_post):
+        rows[idx, 0], rows[idx, 1] = moments(w.sum(axis=(2, 3)), muB, tauB)
+        mC, rows[idx, 3] = moments(w.sum(axis=(1, 3)), muC, tauC)
         rows[idx, 2] = mC + (loc[idx] if scale == "relative" else 0.0)
-        rows[idx, 3] = np.sqrt(np.maximum(vC, 1e-6))
+        if ceiling:
+            rows[idx, 4], rows[idx, 5] = moments(w.sum(axis=(1, 2)), muA, tauA)
     w = np.exp(log_post - log_post.max())
     w /= w.sum()
-    wB, wC = w.sum(axis=1), w.sum(axis=0)
-    mB, mC = float(wB @ muB), float(wC @ muC)
-    sB = math.sqrt(max(float(wB @ (tauB**2 + muB**2)) - mB**2, 1e-6))
-    sC = math.sqrt(max(float(wC @ (tauC**2 + muC**2)) - mC**2, 1e-6))
+    mB, sB = moments(w.sum(axis=(1, 2)), muB, tauB)
+    mC, sC = moments(w.sum(axis=(0, 2)), muC, tauC)
+    mA, sA = moments(w.sum(axis=(0, 1)), muA, tauA) if ceiling else (None, None)
     return Population(
         rows=rows,
         scale=scale,
-        log_evidence={s: f[5] for s, f in fits.items()},
-        B_median=math.exp(mB),
-        B_log_sd=sB,
-        C_mid_factor=math.exp(mC),
-        C_mid_log_sd=sC,
+        log_evidence=evidence,
+        B_median=math.exp(float(mB)),
+        B_log_sd=float(sB),
+        C_mid_factor=math.exp(float(mC)),
+        C_mid_log_sd=float(sC),
+        A_mean=None if mA is None else float(mA),
+        A_sd=None if sA is None else float(sA),
     )
 
 

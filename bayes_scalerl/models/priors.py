@@ -105,8 +105,8 @@ class Priors:
         It makes the fit count a dense log's smooth wiggles as the few
         pieces of evidence they are, and adds their variance to bands beyond the data.
         Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
-    from_batch : bool
-        Learn the priors of ``B`` and ``C_mid`` from the batch before the fit
+    from_batch : bool or "ceiling"
+        Learn the priors of ``B`` and ``C_mid`` (``"ceiling"``: and of ``A``) from the batch before the fit
         (:mod:`~bayes_scalerl.models.population`): each run's prior is the predictive of
         the population of the other runs' midpoints and exponents, with ``C_mid`` counted
         relative to each run's window end or in compute, whichever the batch supports
@@ -133,9 +133,11 @@ class Priors:
     rho_scale: float = 0.75
     rho: float | str | None = "auto"
     shape_noise: tuple[float, float] | str | None = "auto"
-    from_batch: bool = False
+    from_batch: bool | str = False
 
     def __post_init__(self) -> None:
+        if self.from_batch not in (False, True, "ceiling"):
+            raise ValueError(f"Priors: from_batch must be False, True or 'ceiling', got {self.from_batch!r}.")
         if self.likelihood not in LIKELIHOODS:
             raise ValueError(
                 f"Priors: likelihood must be one of {', '.join(map(repr, LIKELIHOODS))}, "

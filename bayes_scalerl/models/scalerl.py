@@ -168,6 +168,10 @@ class RunData(NamedTuple):
         log compute (a digitised figure) are further apart, and less correlated, late in
         the run than early. The forecast counts its lag the same way
         (:func:`~bayes_scalerl.models.shape_noise.steps_ahead`).
+    prior : array, shape (3,) or (5,), optional
+        The run's prior learnt from the batch (``Priors(from_batch=...)``): ``log B``'s
+        median and sd, ``log C_mid``'s sd (its median is ``log_c_mid_loc``), and with the
+        ceiling pooled the location and scale of ``A``'s normal, truncated to ``(R0, 1)``.
     """
 
     log_c: jax.Array
@@ -239,8 +243,9 @@ def make_run_data(
     ``ar_lag`` (same shape as ``reward``) is the AR(1) likelihood's lag of each point
     (:func:`~bayes_scalerl.models.shape_noise.ar1_lags`; the engine's input ``"ar_lag"``
     of :func:`~bayes_scalerl.engine.padded_inputs`); without it every lag is 1.
-    ``prior`` (shape ``R0.shape + (4,)``) is each run's own prior learnt from the batch
-    (``FitWindow.prior``): median and sd of ``log B``, median and sd of ``log C_mid``;
+    ``prior`` (shape ``R0.shape + (4,)`` or ``(6,)``) is each run's own prior learnt from
+    the batch (``FitWindow.prior``): median and sd of ``log B``, median and sd of
+    ``log C_mid``, and where given the location and scale of ``A``'s truncated normal;
     without it ``priors`` give them.
     """
     compute = jnp.asarray(compute, dtype=jnp.float64)
@@ -315,7 +320,8 @@ def make_run_data(
     if prior is not None:
         prior = jnp.asarray(prior, dtype=jnp.float64)
         loc = prior[..., 2]
-        own = jnp.stack([prior[..., 0], prior[..., 1], prior[..., 3]], axis=-1)
+        # log B's median and sd, log C_mid's sd (its median is loc), then A's where learnt
+        own = jnp.concatenate([prior[..., :2], prior[..., 3:]], axis=-1)
     return RunData(
         log_c=log_c,
         positive=positive,
@@ -604,6 +610,13 @@ def _latent_precisions(z: jax.Array, priors: Priors) -> tuple[jax.Array, jax.Arr
     return jnp.exp(u), lp
 
 
+def _A_prior(data: RunData) -> dict:
+    """``A``'s prior learnt from the batch (``gain_conditional``'s keywords), if any."""
+    if data.prior is None or data.prior.shape[-1] < 5:
+        return {}
+    return {"A_loc": data.prior[..., 3], "A_scale": data.prior[..., 4]}
+
+
 def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     """Log posterior density (up to a constant) of one run's unconstrained ``z``."""
     p = constrain(z, data, priors)
@@ -613,7 +626,9 @@ def log_density(z: jax.Array, data: RunData, priors: Priors) -> jax.Array:
     if priors.likelihood == "student_t":
         lam, lp_lam = _latent_precisions(z, priors)
         lp = lp + lp_lam
-    cond = gain_conditional(p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors, rho=rho, precision=lam)
+    cond = gain_conditional(
+        p.log_B, p.log_C_mid, p.sigma, p.R0, data, priors, **_A_prior(data), rho=rho, precision=lam
+    )
     # p(y, g | rest) = p(y | rest) p(g | y, rest): the second factor is the normal of
     # mean cond.mean and sd cond.sd truncated to (0, upper), whose mass cancels
     t = (p.gain - cond.mean) / cond.sd
@@ -738,7 +753,9 @@ def draw_A(
 
     def one(lb, lc, s, r0, rho, la):
         prec = la if priors.likelihood == "student_t" else None
-        return gain_conditional(lb, lc, s, r0, data, priors, rho=rho if use_rho else None, precision=prec)
+        return gain_conditional(
+            lb, lc, s, r0, data, priors, **_A_prior(data), rho=rho if use_rho else None, precision=prec
+        )
 
     cond = jax.vmap(one)(
         p.log_B.reshape(-1),

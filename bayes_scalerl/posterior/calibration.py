@@ -241,9 +241,12 @@ def _inner_priors(inner_window, inner_runs, priors) -> np.ndarray:
     names = inner_runs.names
     groups = training_runs(inner_runs)
     ratio = np.array([str(n).split("/", 1)[0] for n in names])
-    rows = np.empty((len(names), 4))
+    ceiling = priors.from_batch == "ceiling"
+    rows = np.empty((len(names), 6 if ceiling else 4))
     for k in np.unique(ratio):
         sel = np.flatnonzero(ratio == k)
-        part = grid._replace(loglik=grid.loglik[sel], log_loc=grid.log_loc[sel])
-        rows[sel] = learn_population(part, priors, groups=None if groups is None else groups[sel]).rows
+        part = learn_population(
+            grid.take(sel), priors, groups=None if groups is None else groups[sel], ceiling=ceiling
+        )
+        rows[sel] = part.rows
     return rows

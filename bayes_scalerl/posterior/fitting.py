@@ -293,7 +293,9 @@ def fit(
 
         with runtime.phase("population"):
             grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
-            pop = learn_population(grid, priors, groups=training_runs(runs))
+            pop = learn_population(
+                grid, priors, groups=training_runs(runs), ceiling=priors.from_batch == "ceiling"
+            )
         window = window._replace(prior=pop.rows)
         noise += "; " + pop.describe()
     if discrepancy is True:
