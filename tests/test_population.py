@@ -205,7 +205,7 @@ def test_each_runs_prior_reaches_the_program():
     import jax.numpy as jnp
 
     from bayes_scalerl.engine import runtime
-    from bayes_scalerl.models.scalerl import log_density
+    from bayes_scalerl.models.scalerl import constrain, log_density
     from bayes_scalerl.models.sigmoid import SigmoidModel
 
     runs = _like_runs(3, seed=8)
@@ -223,8 +223,16 @@ def test_each_runs_prior_reaches_the_program():
     with runtime.x64():
         base, learnt = density(w), density(w._replace(prior=rows))
         far = density(w._replace(prior=rows + np.array([0.0, 0.0, 3.0, 0.0])))
-    assert np.isfinite([base, learnt, far]).all()
+        # with the ceiling's prior too: one far from the run's A (z's) is less likely
+        data = model.data({k: jnp.asarray(v) for k, v in padded_inputs(w).items()})
+        p = constrain(z, jax.tree_util.tree_map(lambda a: a[0], data), GAUSS)
+        A = float(p.R0 + p.gain)
+        other = A - 0.2 if A > 0.6 else A + 0.2
+        near_A = density(w._replace(prior=np.hstack([rows, np.tile([A, 0.02], (3, 1))])))
+        far_A = density(w._replace(prior=np.hstack([rows, np.tile([other, 0.02], (3, 1))])))
+    assert np.isfinite([base, learnt, far, near_A, far_A]).all()
     assert learnt != base and far < learnt  # a median 20x away is less likely
+    assert far_A < near_A - 10.0  # 10 sd away: about 50 log units
 
 
 def test_a_group_counts_once_and_is_left_out_whole():
@@ -261,9 +269,9 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
 
     monkeypatch.setattr(population, "grid_loglik", spy)
     runs = _like_runs(4, seed=10)
-    f = bs.fit(runs, priors=bs.Priors(from_batch=True), chains=2, warmup=50, samples=50, progress=False)
-    assert "learnt from the batch" in f.settings["noise"]
-    assert f.settings["priors"]["from_batch"] is True
+    f = bs.fit(runs, priors=bs.Priors(from_batch="ceiling"), chains=2, warmup=50, samples=50, progress=False)
+    assert "A, B and C_mid learnt from the batch" in f.settings["noise"]
+    assert f.settings["priors"]["from_batch"] == "ceiling"
     assert np.isfinite(f.dt["posterior"]["A"].values).all()
     assert len(seen) == 2
     assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
