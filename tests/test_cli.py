@@ -351,6 +351,10 @@ def test_out_that_is_a_file_exits_2(tmp_path, capsys):
             ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--shape-noise", "1:0.5"],
             ["--shape-noise", "hierarchical"],
         ),
+        (
+            ["fit", "x.csv", "--out", "o", "--model", "hierarchical", "--priors", "batch"],
+            ["--priors", "--model independent"],
+        ),
     ],
 )
 def test_bad_options_and_combinations_exit_2(tmp_path, monkeypatch, capsys, argv, words):
@@ -422,6 +426,23 @@ def test_r0_option_sets_the_priors(command):
     assert _priors(parser.parse_args(command)).R0_fitted is False  # the default: the first evaluation
     assert _priors(parser.parse_args([*command, "--r0", "fitted"])).R0_fitted is True
     assert _priors(parser.parse_args([*command, "--r0", "first"])).R0_fitted is False
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fit", "x.csv", "--out", "o"],
+        ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"],
+        ["identify", "x.csv", "--out", "o", "--fractions", "0.5"],
+    ],
+)
+def test_priors_option_learns_them_from_the_batch(command):
+    from bayes_scalerl.cli.commands import _priors, build_parser
+
+    parser = build_parser()
+    assert _priors(parser.parse_args(command)).from_batch is False  # the default
+    assert _priors(parser.parse_args([*command, "--priors", "default"])).from_batch is False
+    assert _priors(parser.parse_args([*command, "--priors", "batch"])).from_batch == "ceiling"
 
 
 @pytest.mark.parametrize(

@@ -144,6 +144,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     )
     _add_rho_option(p)
     _add_r0_option(p)
+    _add_priors_option(p)
     _add_shape_noise_option(p)
     p.add_argument(
         "--discrepancy",
@@ -290,6 +291,18 @@ def _add_r0_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_priors_option(p: argparse.ArgumentParser) -> None:
+    """``--priors``: the default priors, or ``A``, ``B`` and ``C_mid``'s learnt from the batch."""
+    p.add_argument(
+        "--priors",
+        choices=("default", "batch"),
+        default="default",
+        help="default: the wide priors of A, B and C_mid; batch (experimental): each run's priors of "
+        "A, B and C_mid learnt from the batch's other runs (bs.Priors(from_batch='ceiling'); "
+        "independent model only)",
+    )
+
+
 def _add_shape_noise_option(p: argparse.ArgumentParser) -> None:
     """``--shape-noise``: smooth departures from the sigmoid (``Priors.shape_noise``)."""
     p.add_argument(
@@ -320,6 +333,7 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--likelihood", choices=LIKELIHOODS, default="ar1", help="noise model (default ar1)")
     _add_rho_option(p)
     _add_r0_option(p)
+    _add_priors_option(p)
     _add_shape_noise_option(p)
     p.add_argument(
         "--discrepancy",
@@ -519,7 +533,8 @@ def _run_backtest(args) -> int:
 
 
 def _priors(args):
-    """The :class:`~bayes_scalerl.Priors` of ``--likelihood``, ``--rho``, ``--r0`` and ``--shape-noise``."""
+    """The :class:`~bayes_scalerl.Priors` of ``--likelihood``, ``--rho``, ``--r0``, ``--shape-noise``
+    and ``--priors``."""
     from ..models.priors import Priors
 
     rho = getattr(args, "rho", None)
@@ -534,6 +549,7 @@ def _priors(args):
         rho=rho,
         R0_fitted=getattr(args, "r0", "first") == "fitted",
         shape_noise=_shape_noise(getattr(args, "shape_noise", None)),
+        from_batch="ceiling" if getattr(args, "priors", "default") == "batch" else False,
     )
 
 
@@ -811,6 +827,9 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             )
         if getattr(args, "model", "independent") == "hierarchical" and isinstance(_shape_noise(shape), tuple):
             parser.error("argument --shape-noise: not with --model hierarchical")
+    hierarchical = getattr(args, "model", "independent") == "hierarchical"
+    if getattr(args, "priors", "default") == "batch" and hierarchical:
+        parser.error("argument --priors: batch needs --model independent (the hierarchical model pools)")
     if args.command in ("fit", "demo"):
         if args.model == "hierarchical" and (
             args.likelihood not in ("gaussian", "ar1") or (args.likelihood == "ar1" and rho == "sampled")
