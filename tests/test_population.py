@@ -176,7 +176,7 @@ def test_ceiling_population_recovered():
     assert 0.02 < pop.A_sd < 0.05
     # each run's prior is its predictive from the others: near the population's
     np.testing.assert_allclose(pop.rows[:, 4], pop.A_mean, atol=0.01)
-    assert "A mean" in pop.describe()
+    assert "A ~ Normal(" in pop.describe()
 
 
 @pytest.mark.parametrize("shared", ["relative", "absolute"])

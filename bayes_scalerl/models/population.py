@@ -98,6 +98,9 @@ class Population(NamedTuple):
         The population's predictive given every run (``C_mid_factor``: the median of
         ``C_mid`` over the window's end with ``"relative"``; the median of ``C_mid`` in
         compute with ``"absolute"``).
+    A_mean, A_sd : float or None
+        With the ceiling pooled, the predictive of ``A`` given every run, as the location
+        and scale of a normal before its truncation to ``(R0, 1)``.
     """
 
     rows: np.ndarray
@@ -119,7 +122,8 @@ class Population(NamedTuple):
         )
         what, ceiling = "B and C_mid", ""
         if self.A_mean is not None:
-            what, ceiling = "A, B and C_mid", f"; A mean {self.A_mean:.3f}, sd {self.A_sd:.3f}"
+            what = "A, B and C_mid"
+            ceiling = f"; A ~ Normal({self.A_mean:.3f}, {self.A_sd:.3f}) truncated to (R0, 1)"
         return (
             f"priors of {what} learnt from the batch ({self.scale} midpoints): B median "
             f"{self.B_median:.3g}, log sd {self.B_log_sd:.2f}; {where}, log sd {self.C_mid_log_sd:.2f}"
