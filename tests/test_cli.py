@@ -205,7 +205,7 @@ def test_compare_refuses_a_folder_without_a_fit(tmp_path, capsys):
     assert exc.value.code == 2
 
 
-def test_fit_reads_verl_logs_with_a_metric(tmp_path):
+def test_fit_reads_verl_logs_with_a_metric(tmp_path, capsys):
     import json
 
     truth = bs.demo_truth(1).iloc[:2]
@@ -233,7 +233,10 @@ def test_fit_reads_verl_logs_with_a_metric(tmp_path):
                 )
     out = tmp_path / "fit"
     # compute = seconds / 3600 * 4 GPUs = c * 900 / 3600 * 4 = c
-    assert main(["fit", str(logs), "--metric", "val/acc", "--gpus", "4", "--out", str(out), *SMALL]) == 0
+    # with the priors learnt from the batch (two runs: close to the default's), said in the summary
+    argv = ["fit", str(logs), "--metric", "val/acc", "--gpus", "4", "--out", str(out), "--priors", "batch"]
+    assert main([*argv, *SMALL]) == 0
+    assert "priors of A, B and C_mid learnt from the batch" in capsys.readouterr().out
     p = pd.read_csv(out / "predictions.csv")
     assert set(p.run) == {"ScaleRL_s0", "LOO-prompt-lvl-adv-norm_s0"}
     np.testing.assert_allclose(np.sort(p.compute.unique()), np.arange(0, 8001, 400.0))

@@ -731,6 +731,10 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
             else "the batch's estimate from the data"
         )
         print(f"AR(1) noise with rho fixed at {fixed_rho:.3f} for every run ({how})")
+    noise = str(result.settings.get("noise", "")).split("; ")
+    learnt = [part.strip() for part in noise if "learnt from" in part]
+    if learnt:  # --priors batch: what the batch said
+        print(learnt[0])
     for _, row in a.head(MAX_LISTED).iterrows():
         print(f"  {row['run']}: A = {row['q50']:.3f} [90%: {row['q05']:.3f}, {row['q95']:.3f}]")
     if len(a) > MAX_LISTED:
