@@ -85,7 +85,7 @@ def test_grid_loglik_matches_quadrature():
             prior = stats.halfnorm.pdf(sd, scale=GAUSS.sigma_scale) * sd * gain_prior(gain)
             return np.exp(stats.norm.logpdf(y - R0 - gain * s, scale=sd).sum() + 30.0) * prior
 
-        val, _ = integrate.dblquad(lik, math.log(1e-3), math.log(0.2), 0.0, 1.0 - R0, epsabs=0, epsrel=1e-7)
+        val, _ = integrate.dblquad(lik, math.log(1e-3), math.log(0.2), 0.0, 1.0 - R0, epsabs=0, epsrel=1e-5)
         return math.log(val)
 
     cells = [(3, 4), (2, 5), (4, 3)]

@@ -106,18 +106,22 @@ class Priors:
         pieces of evidence they are, and adds their variance to bands beyond the data.
         Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
     from_batch : bool or "ceiling"
-        Learn the priors of ``B`` and ``C_mid`` (``"ceiling"``: and of ``A``) from the batch before the fit
-        (:mod:`~bayes_scalerl.models.population`): each run's prior is the predictive of
-        the population of the other runs' midpoints and exponents, with ``C_mid`` counted
-        relative to each run's window end or in compute, whichever the batch supports
-        better. The priors above (``B_median``, ``B_log_sd``, ``C_mid_median``,
-        ``C_mid_log_sd``) are then the hyperprior's predictive, which a batch that says
-        little leaves as it is. Default ``False``; the independent model only.
-        Experimental, and not for decisions: where windows end before the midpoints, the
-        runs' likelihoods are ridges in ``(B, C_mid)`` and the population's split of its
-        spread between the two is not identified, yet it sets the extrapolation; on exact
-        sigmoids drawn from the very population it assumes, its 4x bands were too narrow
-        (``benchmarks/results/batch-priors-sbc.md``).
+        Learn the priors of ``B`` and ``C_mid`` (``"ceiling"``: and of ``A``) from the
+        batch before the fit (:mod:`~bayes_scalerl.models.population`): each run's prior
+        is the predictive of the population of the other runs' midpoints and exponents
+        (and ceilings), with ``C_mid`` counted relative to each run's window end or in
+        compute, whichever the batch supports better. The priors above (``B_median``,
+        ``B_log_sd``, ``C_mid_median``, ``C_mid_log_sd``) are then the hyperprior's
+        predictive, which a batch that says little leaves as it is. Default ``False``; the
+        independent model only. Both are experimental. ``True`` is not for decisions:
+        where windows end before the midpoints, the runs' likelihoods are ridges in
+        ``(B, C_mid)`` and the population's split of its spread between the two is not
+        identified, yet it sets the extrapolation; on exact sigmoids drawn from the very
+        population it assumes, its 4x bands were too narrow. ``"ceiling"`` (CLI
+        ``--priors batch``) pools ``A`` too, which pins each run on its ridge: calibrated
+        on the same runs, with lower CRPS than the default on them, on the
+        misspecification simulator and on the real sets
+        (``benchmarks/results/batch-priors.md``); a fit takes longer.
     """
 
     A_loc: float | None = None
