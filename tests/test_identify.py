@@ -275,3 +275,63 @@ def test_default_discrepancy_widens_A_and_keeps_the_truth(runs, sweep):
     assert ident.loc["far", "a_width90"] > exact.loc["far", "a_width90"]
     assert ident.loc["far", "a_q05"] < 0.6 < ident.loc["far", "a_q95"]
     assert "delta" in res.dt["posterior"].data_vars
+
+
+# ---------------------------------------------------------------------- priors learnt from the batch
+def _batch_of_ceilings() -> bs.Runs:
+    """Six runs seen far past their midpoints, ceilings 0.60-0.62, and two seen only to
+    ``C_mid / 2`` and ``C_mid / 2.5`` (a fifth of their gain): the batch says where a
+    ceiling lies, the two runs' own data do not."""
+    rng = np.random.default_rng(4)
+    grid = np.concatenate([[0], np.geomspace(100, 4000, 14)])
+    frames = []
+    for i in range(6):
+        truth = _truth(f"far{i}", 300.0 * (1 + 0.2 * i)).assign(A=0.60 + 0.004 * i)
+        frames.append(bs.simulate_runs(truth, grid, rng))
+    for i, c in enumerate((8_000.0, 10_000.0)):
+        frames.append(bs.simulate_runs(_truth(f"below{i}", c), grid, rng))
+    return bs.Runs.from_frame(pd.concat(frames), source="<sim>")
+
+
+def test_own_data_draws_are_the_fixed_priors_posterior(sweep):
+    """The grid's posterior of A under the fixed priors (``own_data_draws``' grid, of every
+    run truncated at three budgets) against NUTS's 4 x 1,000 draws of it.
+
+    Tolerance 0.006 plus 5% of the 90% width: the grid's steps move quantiles by up to
+    about 0.005 on the narrowest runs (widths 0.02-0.03), and a 5%/95% quantile of 4,000
+    draws (bulk ESS above 1,500) has a Monte Carlo sd of about 0.015 of the width (3 sd).
+    """
+    from bayes_scalerl.analyses.identify import _OWN_GRID, own_data_draws
+    from bayes_scalerl.models.population import fixed_prior_gains, grid_loglik
+    from bayes_scalerl.posterior.assemble import window_from_datatree
+
+    res = sweep.result
+    assert own_data_draws(res) is None and "batch_prior" not in res.dt["constant_data"]
+    grid = grid_loglik(window_from_datatree(res.dt), res.model.priors, n_b=_OWN_GRID[0], n_c=_OWN_GRID[1])
+    own = grid.R0[:, None] + fixed_prior_gains(grid, bs.Priors(), np.random.default_rng(0), 20_000)
+    q_grid = np.quantile(own, [0.05, 0.5, 0.95], axis=1)
+    q_nuts = np.quantile(res.draws("A"), [0.05, 0.5, 0.95], axis=1)
+    width = q_nuts[2] - q_nuts[0]
+    assert np.all(np.abs(q_grid - q_nuts) <= 0.006 + 0.05 * width), (q_grid, q_nuts)
+
+
+def test_verdict_under_batch_priors_reads_the_runs_own_data():
+    """Under ``Priors(from_batch="ceiling")`` the pooled ceiling narrows the A of a run seen
+    far below its midpoint, which is right for its band but no evidence about the run: the
+    verdict reads the run's own data under the fixed priors (``own_data_draws``), while
+    the reported interval stays the pooled fit's.
+    """
+    runs = _batch_of_ceilings()
+    kw = dict(QUICK, seed=2, discrepancy=False, log_likelihood=False)
+    pooled = bs.fit(runs, priors=bs.Priors(likelihood="gaussian", from_batch="ceiling"), **kw)
+    b = identifiability(pooled).set_index("run")
+    assert pooled.dt["constant_data"]["batch_prior"].shape == (8, 6)
+    far, below = [f"far{i}" for i in range(6)], ["below0", "below1"]
+    # the pool narrows the two runs' A to a width that would pass the rule ...
+    assert (b.loc[below, "a_width90"] < 0.1).all()
+    # ... but their own data do not (widths 0.6-0.7 under the fixed priors)
+    assert (b.loc[below, "a_width90_data"] > 0.3).all()
+    assert (b.loc[below, "a_contraction"] < 0.5).all()
+    assert list(b["a_identified"]) == [True] * 6 + [False] * 2
+    # the runs seen far past their midpoints pin A with or without the batch
+    assert (b.loc[far, "a_width90_data"] < 0.05).all() and (b.loc[far, "a_width90"] < 0.05).all()

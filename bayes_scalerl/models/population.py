@@ -40,9 +40,9 @@ from scipy.special import logsumexp, ndtr
 
 from ..engine import runtime
 from .priors import Priors
-from .scalerl import gain_conditional, log_diff_ndtr
+from .scalerl import gain_conditional, log_diff_ndtr, truncnorm_quantile
 
-__all__ = ["GridLik", "Population", "grid_loglik", "learn_population", "training_runs"]
+__all__ = ["GridLik", "Population", "grid_loglik", "learn_population", "training_runs", "fixed_prior_gains"]
 
 
 class GridLik(NamedTuple):
@@ -240,6 +240,56 @@ def _cell_weights(points: np.ndarray, mu: np.ndarray, tau: np.ndarray) -> np.nda
     cdf[..., 0] = 0.0
     cdf[..., -1] = 1.0
     return np.diff(cdf, axis=-1)
+
+
+def fixed_prior_gains(grid: GridLik, priors: Priors, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draws of each run's gain ``A - R0`` under the fixed priors, from its grid.
+
+    The posterior a run's own data give under ``priors``' ``B`` and ``C_mid`` priors and
+    ``A ~ Uniform(R0, 1)``, whatever priors its fit had: the grid's cells, each ``sigma``
+    grid point within them, weighted by prior times likelihood (the gain integrated over
+    ``(0, 1 - R0)``), and within a cell the gain's normal truncated to ``(0, 1 - R0)``.
+    Exact up to the grid (``(log B, log C_mid)`` steps of 1/4 and 1/6 of their prior
+    sds); :func:`~bayes_scalerl.analyses.identify.identifiability` judges a run fitted
+    under priors learnt from the batch on it.
+
+    Parameters
+    ----------
+    grid : GridLik
+        The runs' grid (:func:`grid_loglik`, with the priors' ``B`` and ``C_mid`` spans).
+    priors : Priors
+        The fixed priors (``A`` uniform; ``from_batch`` is ignored).
+    rng : numpy.random.Generator
+    n : int
+        Draws per run.
+
+    Returns
+    -------
+    ndarray, shape (run, n)
+    """
+    n_runs = grid.loglik.shape[0]
+    upper = (1.0 - grid.R0)[:, None, None, None]
+    lo, hi = -grid.gain_mean / grid.gain_sd, (upper - grid.gain_mean) / grid.gain_sd
+    with runtime.x64():
+        mass = np.asarray(log_diff_ndtr(jnp.asarray(lo), jnp.asarray(hi)))
+    b_mu, b_sd = np.array([math.log(priors.B_median)]), np.array([priors.B_log_sd])
+    log_b = np.log(_cell_weights(grid.log_B, b_mu, b_sd))[0]
+    log_c = np.log(_cell_weights(grid.offset, np.zeros(1), np.array([priors.C_mid_log_sd])))[0]
+    logw = grid.gain_loglik + mass + log_b[:, None, None] + log_c[None, :, None]
+    logw = logw.reshape(n_runs, -1)
+    w = np.exp(logw - logw.max(axis=1, keepdims=True))
+    cum = np.cumsum(w, axis=1)
+    rows = np.arange(n_runs)[:, None]
+    # one sorted array over every run (run r's cumulative mass in (r, r + 1]): one search
+    flat = (cum / cum[:, -1:] + rows).ravel()
+    at = np.searchsorted(flat, (rng.uniform(size=(n_runs, n)) + rows).ravel()).reshape(n_runs, n)
+    cell = np.minimum(at - rows * cum.shape[1], cum.shape[1] - 1)
+    m = grid.gain_mean.reshape(n_runs, -1)[rows, cell]
+    sd = grid.gain_sd.reshape(n_runs, -1)[rows, cell]
+    with runtime.x64():
+        u = jnp.asarray(rng.uniform(size=(n_runs, n)))
+        g = truncnorm_quantile(u, jnp.asarray(m), jnp.asarray(sd), jnp.asarray(upper[:, :, 0, 0]))
+    return np.asarray(g)
 
 
 class _Axis(NamedTuple):

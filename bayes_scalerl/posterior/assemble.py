@@ -3,7 +3,8 @@
 Groups: ``posterior`` (the model's variables, dims ``chain, draw, run``, plus any
 population or recipe levels), ``sample_stats``, ``observed_data`` (``reward``, dims
 ``run, point``, NaN-padded), ``constant_data`` (``compute``, ``in_fit``, ``R0_obs``,
-``C_ref`` and the run attributes) and, when asked for, ``log_likelihood`` (the model's
+``C_ref``, ``batch_prior`` where the priors were learnt from the batch, and the run
+attributes) and, when asked for, ``log_likelihood`` (the model's
 pointwise log-likelihood written once in JAX, NaN where a point is not fitted).
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "loglik_dataset",
     "build_datatree",
     "STAT_NAMES",
+    "BATCH_PRIOR_TERMS",
 ]
 
 #: Names of the sampler statistics in ``sample_stats`` (ArviZ's), from the engine's.
@@ -38,6 +40,10 @@ STAT_NAMES = {
     "lp": "lp",
     "step_size": "step_size",
 }
+
+#: Names of the columns of ``constant_data["batch_prior"]`` (``FitWindow.prior``): each
+#: run's prior learnt from the batch, the last two only with the ceiling pooled.
+BATCH_PRIOR_TERMS = ("log_B_median", "log_B_sd", "log_C_mid_median", "log_C_mid_sd", "A_loc", "A_scale")
 
 
 def observed_arrays(runs: Runs, in_fit: Callable[[np.ndarray], np.ndarray]):
@@ -239,6 +245,10 @@ def build_datatree(
     )
     for k, v in (constants or {}).items():
         constant[k] = (("run",), v)
+    if getattr(window, "prior", None) is not None:  # each run's prior learnt from the batch
+        rows = np.asarray(window.prior, float)
+        constant["batch_prior"] = (("run", "prior_term"), rows)
+        constant = constant.assign_coords(prior_term=list(BATCH_PRIOR_TERMS[: rows.shape[1]]))
     if "n_eval" in runs.table.columns:
         constant["n_eval"] = (rp, n_eval)
     step = runs.padded_step()
