@@ -27,7 +27,7 @@ def test_demo_writes_every_output(tmp_path, capsys):
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
     need += ["converged", "retried", "retries", "likelihood", "rho", "shape_kappa", "shape_ell"]
-    need += ["a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
+    need += ["a_width90", "a_width90_data", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
     need += ["reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
     assert list(d.columns) == need
@@ -35,7 +35,7 @@ def test_demo_writes_every_output(tmp_path, capsys):
     assert (d.likelihood == "ar1").all() and d.rho.nunique() == 1 and 0.0 <= d.rho.iloc[0] <= 0.9
     # the flag follows its documented rule: contraction >= 0.9 and a 90% width <= 0.10
     rule = (d.a_contraction >= 0.9) & (d.a_width90 <= 0.10)
-    assert (d.a_identified == rule).all()
+    assert (d.a_identified == rule).all() and (d.a_width90_data == d.a_width90).all()  # fixed priors
     assert d.loc[d.a_identified, "a_flag"].str.startswith("A identified").all()
     assert d.loc[~d.a_identified, "a_flag"].str.startswith("A weakly identified").all()
     res = bs.FitResult.load(out / "posterior.nc")

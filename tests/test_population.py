@@ -277,3 +277,15 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
     assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
     with pytest.raises(ValueError, match="independent model"):
         bs.fit(runs, priors=bs.Priors(from_batch=True), model="hierarchical", chains=2, warmup=10, samples=10)
+
+
+def test_a_batch_of_one_training_run_keeps_the_fixed_priors():
+    """Each run's prior is the predictive of the *other* training runs; a batch of one has
+    none, so its fit is the fixed priors' fit, draw for draw (and says so)."""
+    one = _like_runs(1, seed=11)
+    kw = dict(chains=2, warmup=20, samples=20, discrepancy=False, log_likelihood=False, seed=3, progress=False)
+    a = bs.fit(one, priors=bs.Priors(from_batch="ceiling"), **kw)
+    b = bs.fit(one, **kw)
+    assert "one training run" in a.settings["noise"]
+    assert "batch_prior" not in a.dt["constant_data"]
+    np.testing.assert_array_equal(a.draws("A"), b.draws("A"))

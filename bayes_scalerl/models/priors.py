@@ -121,7 +121,9 @@ class Priors:
         ``--priors batch``) pools ``A`` too, which pins each run on its ridge: calibrated
         on the same runs, with lower CRPS than the default on them, on the
         misspecification simulator and on the real sets
-        (``benchmarks/results/batch-priors.md``); a fit takes longer.
+        (``benchmarks/results/batch-priors.md``); a fit takes longer. A batch of one
+        training run has no other runs to learn from and keeps the fixed priors.
+        :func:`~bayes_scalerl.identifiability` judges ``A`` on each run's own data.
     """
 
     A_loc: float | None = None

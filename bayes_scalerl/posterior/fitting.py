@@ -291,13 +291,17 @@ def fit(
             )
         from ..models.population import grid_loglik, learn_population, training_runs
 
-        with runtime.phase("population"):
-            grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
-            pop = learn_population(
-                grid, priors, groups=training_runs(runs), ceiling=priors.from_batch == "ceiling"
-            )
-        window = window._replace(prior=pop.rows)
-        noise += "; " + pop.describe()
+        groups = training_runs(runs)
+        if len(set(groups if groups is not None else runs.names)) < 2:
+            # each run's prior is the predictive of the *other* training runs: here there are none
+            noise += "; the fixed priors (one training run: no other runs to learn priors from)"
+            model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, from_batch=False))  # its program
+        else:
+            with runtime.phase("population"):
+                grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
+                pop = learn_population(grid, priors, groups=groups, ceiling=priors.from_batch == "ceiling")
+            window = window._replace(prior=pop.rows)
+            noise += "; " + pop.describe()
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:

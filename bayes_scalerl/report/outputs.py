@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: Identifiability columns of ``diagnostics.csv`` (independent fits).
-IDENTIFIABILITY_COLUMNS = ("a_width90", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag")
+IDENTIFIABILITY_COLUMNS = ("a_width90", "a_width90_data", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag")
 #: Columns of ``diagnostics.csv`` on a fall of the reward during training (every fit).
 DECLINE_COLUMNS = ("reward_drop", "falls")
 #: Columns of ``diagnostics.csv`` for a fit with the calibrated discrepancy (after the others).
@@ -53,7 +53,8 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
     pandas.DataFrame
         :meth:`FitResult.diagnostics` (``run, n_points, r_hat_max, ess_bulk_min,
         ess_tail_min, divergences, bfmi_min, converged``); for an independent fit also
-        ``a_width90, a_contraction, p_cmid_beyond_data, a_identified, a_flag`` from
+        ``a_width90, a_width90_data, a_contraction, p_cmid_beyond_data, a_identified,
+        a_flag`` from
         :func:`~bayes_scalerl.identifiability`; then ``reward_drop, falls`` (how far the
         fitted reward falls from its best level, and whether that is beyond noise: see
         :func:`bayes_scalerl.analyses.decline.decline`); for a fit with the calibrated discrepancy
