@@ -283,7 +283,9 @@ def test_a_batch_of_one_training_run_keeps_the_fixed_priors():
     """Each run's prior is the predictive of the *other* training runs; a batch of one has
     none, so its fit is the fixed priors' fit, draw for draw (and says so)."""
     one = _like_runs(1, seed=11)
-    kw = dict(chains=2, warmup=20, samples=20, discrepancy=False, log_likelihood=False, seed=3, progress=False)
+    kw = dict(
+        chains=2, warmup=20, samples=20, discrepancy=False, log_likelihood=False, seed=3, progress=False
+    )
     a = bs.fit(one, priors=bs.Priors(from_batch="ceiling"), **kw)
     b = bs.fit(one, **kw)
     assert "one training run" in a.settings["noise"]

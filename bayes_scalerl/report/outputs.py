@@ -29,7 +29,14 @@ __all__ = [
 ]
 
 #: Identifiability columns of ``diagnostics.csv`` (independent fits).
-IDENTIFIABILITY_COLUMNS = ("a_width90", "a_width90_data", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag")
+IDENTIFIABILITY_COLUMNS = (
+    "a_width90",
+    "a_width90_data",
+    "a_contraction",
+    "p_cmid_beyond_data",
+    "a_identified",
+    "a_flag",
+)
 #: Columns of ``diagnostics.csv`` on a fall of the reward during training (every fit).
 DECLINE_COLUMNS = ("reward_drop", "falls")
 #: Columns of ``diagnostics.csv`` for a fit with the calibrated discrepancy (after the others).
