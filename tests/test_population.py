@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -281,13 +282,22 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
 
 def test_a_batch_of_one_training_run_keeps_the_fixed_priors():
     """Each run's prior is the predictive of the *other* training runs; a batch of one has
-    none, so its fit is the fixed priors' fit, draw for draw (and says so)."""
-    one = _like_runs(1, seed=11)
-    kw = dict(
-        chains=2, warmup=20, samples=20, discrepancy=False, log_likelihood=False, seed=3, progress=False
-    )
-    a = bs.fit(one, priors=bs.Priors(from_batch="ceiling"), **kw)
-    b = bs.fit(one, **kw)
-    assert "one training run" in a.settings["noise"]
-    assert "batch_prior" not in a.dt["constant_data"]
-    np.testing.assert_array_equal(a.draws("A"), b.draws("A"))
+    none, so it keeps the fixed priors and the fixed priors' program (and says so); a
+    batch of two learns them."""
+    from bayes_scalerl.models.sigmoid import SigmoidModel
+    from bayes_scalerl.posterior.fitting import batch_priors
+
+    priors = bs.Priors(from_batch="ceiling")
+    for n in (1, 2):
+        runs = _like_runs(n, seed=11)
+        window, model, words = batch_priors(runs, runs.window(), SigmoidModel(priors), priors)
+        if n == 1:
+            assert window.prior is None and "one training run" in words
+            assert model == SigmoidModel(dataclasses.replace(priors, from_batch=False))
+        else:
+            assert window.prior.shape == (2, 6) and "learnt from the batch" in words
+            assert model == SigmoidModel(priors)
+    one = _like_runs(1, seed=11).table.assign(training_run="t")
+    two_metrics = pd.concat([one, one.assign(run="other")])  # two curves of one training run
+    window = batch_priors(bs.Runs.from_frame(two_metrics), None, SigmoidModel(priors), priors)[0]
+    assert window is None  # untouched: nothing to learn from

@@ -345,6 +345,7 @@ def _refine(axis: _Axis, spans: np.ndarray, hyper: tuple, n_mu: int, n_tau: int)
     return _axis(*hyper, np.linspace(m_lo, m_hi, n_mu), np.exp(np.linspace(t_lo, t_hi, n_tau)))
 
 
+_CACHE_CELLS = 1e8  # at most this many cached cell values (400 MB in float32) in learn_population
 _NEGLIGIBLE = 25.0  # cells this far (log units) below a run's best are left out of its population
 
 
@@ -463,13 +464,17 @@ def learn_population(
     else:  # one point: the uniform prior of A (GridLik.loglik)
         axes["A"] = _Axis(np.zeros(1), np.ones(1), np.zeros(1))
 
-    # each block's cells are kept between passes over one grid of A, where they fit in memory
-    keep = ceiling and n_runs * grid.loglik[0].size * axes["A"].mu.size <= 2e7
+    # each block's cells are kept between the passes over one grid of A (in float32: values
+    # in (0, 1] relative to the run's best), where they fit in memory
+    keep = ceiling and n_runs * grid.loglik[0].size * max(axes["A"].mu.size, n_mu * n_tau) <= _CACHE_CELLS
     cache: dict = {}
 
     def cells(idx, ax):
         """Each run's likelihood on (b, c, A's hyper-grid), up to a constant per run."""
-        key = (idx[0], idx.size, id(ax["A"]))
+        key = (idx[0], idx.size)
+        if cache.get("A") is not ax["A"]:  # a new grid of A: the old cells are stale
+            cache.clear()
+            cache["A"] = ax["A"]
         if key in cache:
             return cache[key]
         if ceiling:
@@ -478,7 +483,7 @@ def learn_population(
             ll = grid.loglik[idx][..., None]
         out = np.exp(ll - ll.max(axis=(1, 2, 3), keepdims=True))
         if keep:
-            cache[key] = out
+            cache[key] = out = out.astype(np.float32)
         return out
 
     def per_run(idx, P, ax, scale):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import __version__
 from ..data.noise import ESTIMATED_RHO, with_window_rho
-from ..data.runs import DataError, Runs, in_likelihood
+from ..data.runs import DataError, FitWindow, Runs, in_likelihood
 from ..engine import STATS, SamplerConfig, runtime
 from ..engine.retry import Retry, sample_retrying
 from ..models.discrepancy import Discrepancy
@@ -25,7 +25,7 @@ from .calibration import calibrate
 from .hierarchy import sample_two_stage
 from .results import FitResult
 
-__all__ = ["fit", "fit_settings", "resolve_retry"]
+__all__ = ["fit", "fit_settings", "resolve_retry", "batch_priors"]
 
 
 def resolve_retry(retry: Retry | bool | None) -> Retry | None:
@@ -289,19 +289,8 @@ def fit(
                 "Priors(from_batch=True) is for the independent model; the hierarchical model learns "
                 "its population in the fit"
             )
-        from ..models.population import grid_loglik, learn_population, training_runs
-
-        groups = training_runs(runs)
-        if len(set(groups if groups is not None else runs.names)) < 2:
-            # each run's prior is the predictive of the *other* training runs: here there are none
-            noise += "; the fixed priors (one training run: no other runs to learn priors from)"
-            model_obj = SigmoidModel(dataclasses.replace(model_obj.priors, from_batch=False))  # its program
-        else:
-            with runtime.phase("population"):
-                grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
-                pop = learn_population(grid, priors, groups=groups, ceiling=priors.from_batch == "ceiling")
-            window = window._replace(prior=pop.rows)
-            noise += "; " + pop.describe()
+        window, model_obj, words = batch_priors(runs, window, model_obj, priors)
+        noise += "; " + words
     if discrepancy is True:
         discrepancy = Discrepancy()
     if discrepancy is False:
@@ -432,6 +421,25 @@ def fit(
             constants=constants,
         )
     return FitResult(dt)
+
+
+def batch_priors(runs: Runs, window: FitWindow, model_obj: SigmoidModel, priors: Priors):
+    """Each run's priors learnt from the batch's other training runs (``Priors(from_batch=...)``).
+
+    Returns the window with each run's prior (``FitWindow.prior``), the model whose program
+    samples it, and what was learnt in words. A batch of one training run has no other
+    runs to learn from: it keeps the fixed priors, and the fixed priors' program.
+    """
+    from ..models.population import grid_loglik, learn_population, training_runs
+
+    groups = training_runs(runs)
+    if len(set(groups if groups is not None else runs.names)) < 2:
+        fixed = SigmoidModel(dataclasses.replace(model_obj.priors, from_batch=False))
+        return window, fixed, "the fixed priors (one training run: no other runs to learn priors from)"
+    with runtime.phase("population"):
+        grid = grid_loglik(window, model_obj.priors)  # the program's priors: one compiled grid
+        pop = learn_population(grid, priors, groups=groups, ceiling=priors.from_batch == "ceiling")
+    return window._replace(prior=pop.rows), model_obj, pop.describe()
 
 
 def _calibrate(
