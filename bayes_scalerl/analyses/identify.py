@@ -270,10 +270,11 @@ def identifiability(
     (contraction ...)"`` or ``"A weakly identified: 90% interval ... wide (> ...)"``.
 
     Priors learnt from the batch narrow ``A`` by what the *other* runs say: right for the
-    band, which is calibrated that way, but no evidence that this run has levelled off
-    (a late drift's window looks levelled off, and a pooled ceiling agrees with it). So
-    the verdict is taken on the posterior the run's own data give under the fixed priors
-    (:func:`own_data_draws`); the reported interval stays the fit's.
+    band, which is calibrated that way, but no evidence that this run has levelled off (a
+    run seen only below its midpoint gets the batch's ceiling, and the run that differs
+    from its batch is the one it gets wrong). So the verdict is taken on the posterior the
+    run's own data give under the fixed priors (:func:`own_data_draws`); the reported
+    interval stays the fit's.
 
     Contraction and width see one posterior under one prior. A curve that fits the
     sigmoid poorly (say a fast early jump, then a slow creep) can have two modes, a
