@@ -2,14 +2,17 @@
 
 Fits every ``val-core/*/acc/mean@1`` curve of the verl logs in ``--data`` (read in place,
 never copied) on the first ``fraction`` of its own compute, under the default
-(``bs.Priors()``: AR(1) noise at the batch's correlation) and under ``--against``'s likelihood
-(default ``gaussian``, the previous default), both with the calibrated discrepancy, and
-prints the difference of each curve's posterior median of ``A`` and the ratio of its 90%
-interval widths.
+(``bs.Priors()``: AR(1) noise at the batch's correlation, each run's priors of ``A``, ``B``
+and ``C_mid`` learnt from the batch) and under ``--against``: a likelihood (default
+``gaussian``, the default before AR(1)), or ``fixed``, the default's likelihood with the
+fixed wide priors (``bs.Priors(from_batch=False)``, the default before the learnt priors);
+both with the calibrated discrepancy. It prints the difference of each curve's posterior
+median of ``A`` and the ratio of its 90% interval widths.
 
 Usage::
 
     python benchmarks/default_shift.py --data ../shared/data/dapo-metrics --fractions 0.5,1
+    python benchmarks/default_shift.py --against fixed --fractions 0.25,0.5,1
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ def main(argv=None) -> None:
     ap.add_argument("--data", type=Path, default=shared)
     ap.add_argument("--fractions", default="0.5,1")
     ap.add_argument("--gpus", type=float, default=4.0)
-    ap.add_argument("--against", default="gaussian", help="likelihood of the other model")
+    ap.add_argument(
+        "--against", default="gaussian", help="likelihood of the other model, or 'fixed' for the fixed priors"
+    )
     a = ap.parse_args(argv)
     bs.use_all_cpu_cores()
     import jax
@@ -51,7 +56,8 @@ def main(argv=None) -> None:
         tab = runs.table
         sub = bs.Runs.from_frame(tab[tab["compute"] <= tab.groupby("run")["compute"].transform("max") * frac])
         out, secs, rho = {}, {}, None
-        for name, priors in (("default", bs.Priors()), ("other", bs.Priors(likelihood=a.against))):
+        other = bs.Priors(from_batch=False) if a.against == "fixed" else bs.Priors(likelihood=a.against)
+        for name, priors in (("default", bs.Priors()), ("other", other)):
             t0 = time.perf_counter()
             res = bs.fit(sub, priors=priors, progress=False, seed=0)
             secs[name] = time.perf_counter() - t0

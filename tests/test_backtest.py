@@ -313,6 +313,19 @@ def test_the_baseline_samples_failing_runs_again_once_at_most():
     assert base["chains"] == 2 and base["discrepancy"] is False and base["priors"].likelihood == "gaussian"
     with pytest.raises(ValueError, match="retry must be"):
         _version_01({"retry": "twice"})
+    # version 0.1 had the fixed priors: under priors learnt from the batch it is fitted without them
+    learnt = {"priors": bs.Priors(likelihood="gaussian", rho=None, shape_noise=None, from_batch="ceiling")}
+    assert _version_01({**learnt, "discrepancy": False})["priors"].from_batch is False
+    assert (
+        _version_01(
+            {
+                **learnt,
+                "discrepancy": False,
+                "priors": bs.Priors(likelihood="gaussian", rho=None, shape_noise=None),
+            }
+        )
+        is None
+    )
 
 
 # ---------------------------------------------------------------------- real curves

@@ -237,6 +237,13 @@ def test_fit_reads_verl_logs_with_a_metric(tmp_path, capsys):
     argv = ["fit", str(logs), "--metric", "val/acc", "--gpus", "4", "--out", str(out), "--priors", "batch"]
     assert main([*argv, *SMALL]) == 0
     assert "priors of A, B and C_mid learnt from the batch" in capsys.readouterr().out
+    # diagnostics.csv says which prior of A each run got: the one the fit kept
+    d = pd.read_csv(out / "diagnostics.csv")
+    learnt = bs.FitResult.load(out / "posterior.nc").dt["constant_data"]["batch_prior"]
+    np.testing.assert_allclose(
+        d[["prior_a_loc", "prior_a_scale"]].to_numpy(), learnt.sel(prior_term=["A_loc", "A_scale"]).values
+    )
+    assert (d["prior_a_scale"] > 0).all() and list(d.columns[-2:]) == ["prior_a_loc", "prior_a_scale"]
     p = pd.read_csv(out / "predictions.csv")
     assert set(p.run) == {"ScaleRL_s0", "LOO-prompt-lvl-adv-norm_s0"}
     np.testing.assert_allclose(np.sort(p.compute.unique()), np.arange(0, 8001, 400.0))

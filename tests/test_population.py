@@ -278,6 +278,10 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
     assert seen[1].max() < seen[0].min()  # the refits' windows end earlier
     with pytest.raises(ValueError, match="independent model"):
         bs.fit(runs, priors=bs.Priors(from_batch=True), model="hierarchical", chains=2, warmup=10, samples=10)
+    # a prior of A given by hand and one learnt from the batch: the user is asked to choose
+    with pytest.raises(ValueError, match="A_loc=0.6 gives every run a prior of A"):
+        bs.Priors(A_loc=0.6, A_scale=0.05, from_batch="ceiling")
+    assert bs.Priors(A_loc=0.6, A_scale=0.05, from_batch=True).from_batch is True
 
 
 def test_a_batch_of_one_training_run_keeps_the_fixed_priors():

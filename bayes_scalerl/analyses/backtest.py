@@ -44,10 +44,11 @@ from .scoring import crps_from_draws
 __all__ = ["Backtest", "backtest", "METHODS"]
 
 #: Methods scored by :func:`backtest`, in the order of its tables: ``bayes`` (the fit's
-#: predictive: by default AR(1) noise with the batch's correlation and the calibrated
-#: discrepancy), ``gaussian`` (version 0.1's default: the exact sigmoid with independent
-#: Gaussian noise, fitted separately on the same points and settings; left out when the
-#: fit is that model already), ``ls`` (the paper's least-squares point fit) and ``boot``
+#: predictive: by default AR(1) noise with the batch's correlation, priors of ``A``, ``B``
+#: and ``C_mid`` learnt from the batch and the calibrated discrepancy), ``gaussian``
+#: (version 0.1's default: the exact sigmoid with independent Gaussian noise and the fixed
+#: priors, fitted separately on the same points and settings; left out when the fit is
+#: that model already), ``ls`` (the paper's least-squares point fit) and ``boot``
 #: (its residual bootstrap).
 METHODS = ("bayes", "gaussian", "ls", "boot")
 
@@ -544,6 +545,7 @@ def _version_01(fit_kwargs: dict) -> dict | None:
         priors.likelihood == "gaussian"
         and not priors.R0_fitted
         and priors.shape_noise is None
+        and not priors.from_batch
         and fit_kwargs.get("discrepancy", True) in (False, None)
     ):
         return None
@@ -551,7 +553,7 @@ def _version_01(fit_kwargs: dict) -> dict | None:
     return {
         **fit_kwargs,
         "priors": dataclasses.replace(
-            priors, likelihood="gaussian", rho="auto", R0_fitted=False, shape_noise=None
+            priors, likelihood="gaussian", rho="auto", R0_fitted=False, shape_noise=None, from_batch=False
         ),
         "discrepancy": False,
         "retry": retry if retry is None else retry._replace(retries=min(retry.retries, 1)),

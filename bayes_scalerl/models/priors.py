@@ -23,7 +23,8 @@ class Priors:
     ----------
     A_loc, A_scale : float or None
         Prior on the asymptote. ``None`` (default) gives ``A ~ Uniform(R0, 1)``;
-        numbers give a Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)``.
+        numbers give a Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)`` (not
+        with ``from_batch="ceiling"``, which learns it).
     B_median : float
         Median of the log-normal prior on the exponent ``B`` (default 2, the middle of
         the paper's reported values 1.1-5.2).
@@ -144,6 +145,11 @@ class Priors:
     def __post_init__(self) -> None:
         if self.from_batch not in (False, True, "ceiling"):
             raise ValueError(f"Priors: from_batch must be False, True or 'ceiling', got {self.from_batch!r}.")
+        if self.from_batch == "ceiling" and self.A_loc is not None:
+            raise ValueError(
+                f"Priors: A_loc={self.A_loc!r} gives every run a prior of A, and from_batch='ceiling' learns "
+                "each run's from the batch; give one of them (from_batch=True learns B and C_mid only)."
+            )
         if self.likelihood not in LIKELIHOODS:
             raise ValueError(
                 f"Priors: likelihood must be one of {', '.join(map(repr, LIKELIHOODS))}, "

@@ -26,6 +26,7 @@ __all__ = [
     "IDENTIFIABILITY_COLUMNS",
     "DECLINE_COLUMNS",
     "DISCREPANCY_COLUMNS",
+    "PRIOR_COLUMNS",
 ]
 
 #: Identifiability columns of ``diagnostics.csv`` (independent fits).
@@ -41,6 +42,8 @@ IDENTIFIABILITY_COLUMNS = (
 DECLINE_COLUMNS = ("reward_drop", "falls")
 #: Columns of ``diagnostics.csv`` for a fit with the calibrated discrepancy (after the others).
 DISCREPANCY_COLUMNS = ("discrepancy_omega", "discrepancy_tau", "discrepancy_from")
+#: Columns of ``diagnostics.csv`` for a fit whose prior of ``A`` was learnt from the batch.
+PRIOR_COLUMNS = ("prior_a_loc", "prior_a_scale")
 
 
 def _model(result: FitResult) -> str:
@@ -68,7 +71,10 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
         also ``discrepancy_omega, discrepancy_tau`` (each run's level-offset sd and slope
         of its deviation beyond the data, root mean square under its posterior) and
         ``discrepancy_from`` (``run+batch``: learnt from the run's own leave-future-out
-        refit and the batch; ``batch``: too short for a refit, the batch's scales).
+        refit and the batch; ``batch``: too short for a refit, the batch's scales); where
+        the prior of ``A`` was learnt from the batch (``Priors(from_batch="ceiling")``, CLI
+        ``--priors batch``) also ``prior_a_loc, prior_a_scale``, the location and scale of each run's
+        prior of ``A`` (a normal truncated to ``(R0, 1)``, from the batch's other runs).
     """
     with runtime.x64():
         diag = result.diagnostics()
@@ -86,6 +92,9 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
         diag["discrepancy_omega"] = cd["discrepancy_omega"].values
         diag["discrepancy_tau"] = cd["discrepancy_tau"].values
         diag["discrepancy_from"] = np.where(cd["discrepancy_own"].values, "run+batch", "batch")
+    if "batch_prior" in cd and "A_loc" in cd["prior_term"].values:
+        diag["prior_a_loc"] = cd["batch_prior"].sel(prior_term="A_loc").values
+        diag["prior_a_scale"] = cd["batch_prior"].sel(prior_term="A_scale").values
     return diag
 
 
