@@ -2,17 +2,18 @@
 
 Fits every ``val-core/*/acc/mean@1`` curve of the verl logs in ``--data`` (read in place,
 never copied) on the first ``fraction`` of its own compute, under the default
-(``bs.Priors()``: AR(1) noise at the batch's correlation, each run's priors of ``A``, ``B``
-and ``C_mid`` learnt from the batch) and under ``--against``: a likelihood (default
-``gaussian``, the default before AR(1)), or ``fixed``, the default's likelihood with the
-fixed wide priors (``bs.Priors(from_batch=False)``, the default before the learnt priors);
-both with the calibrated discrepancy. It prints the difference of each curve's posterior
-median of ``A`` and the ratio of its 90% interval widths.
+(``bs.Priors()``: AR(1) noise at the batch's correlation; with ``--base batch`` each run's
+priors of ``A``, ``B`` and ``C_mid`` learnt from the batch, ``bs.Priors(from_batch="ceiling")``)
+and under ``--against``: a likelihood (default ``gaussian``, the default before AR(1)), or
+``fixed``, the default's likelihood with the fixed wide priors
+(``bs.Priors(from_batch=False)``); both with the calibrated discrepancy. It prints the
+difference of each curve's posterior median of ``A`` (base minus other) and the ratio of
+its 90% interval widths (base over other).
 
 Usage::
 
     python benchmarks/default_shift.py --data ../shared/data/dapo-metrics --fractions 0.5,1
-    python benchmarks/default_shift.py --against fixed --fractions 0.25,0.5,1
+    python benchmarks/default_shift.py --base batch --against fixed --fractions 0.25,0.5,1
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--against", default="gaussian", help="likelihood of the other model, or 'fixed' for the fixed priors"
     )
+    ap.add_argument(
+        "--base", choices=("default", "batch"), default="default", help="priors of the first model"
+    )
     a = ap.parse_args(argv)
     bs.use_all_cpu_cores()
     import jax
@@ -57,7 +61,8 @@ def main(argv=None) -> None:
         sub = bs.Runs.from_frame(tab[tab["compute"] <= tab.groupby("run")["compute"].transform("max") * frac])
         out, secs, rho = {}, {}, None
         other = bs.Priors(from_batch=False) if a.against == "fixed" else bs.Priors(likelihood=a.against)
-        for name, priors in (("default", bs.Priors()), ("other", other)):
+        base = bs.Priors(from_batch="ceiling") if a.base == "batch" else bs.Priors()
+        for name, priors in (("default", base), ("other", other)):
             t0 = time.perf_counter()
             res = bs.fit(sub, priors=priors, progress=False, seed=0)
             secs[name] = time.perf_counter() - t0

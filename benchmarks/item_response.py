@@ -284,12 +284,21 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         help="model of the default fit (hierarchical: every curve its own recipe, one population)",
     )
     ap.add_argument("--rho", help="AR(1) rho of the default fit: 'auto' (variogram), 'reml' or a number")
+    ap.add_argument(
+        "--priors",
+        choices=("fixed", "batch"),
+        default="fixed",
+        help="priors of the default fit: fixed, or A, B and C_mid's learnt from the batch "
+        "(bs.Priors(from_batch='ceiling'), the CLI's --priors batch)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     fit_kwargs: dict = {"model": args.model}
+    priors: dict = {"from_batch": "ceiling"} if args.priors == "batch" else {}
     if args.rho is not None:
-        rho = args.rho if args.rho in ("auto", "reml", "sampled") else float(args.rho)
-        fit_kwargs["priors"] = bs.Priors(rho=rho)
+        priors["rho"] = args.rho if args.rho in ("auto", "reml", "sampled") else float(args.rho)
+    if priors:
+        fit_kwargs["priors"] = bs.Priors(**priors)
     horizons = [float(h) for h in args.horizons.split(",")]
     t0 = time.perf_counter()
     points, per_run, pairs = [], [], []

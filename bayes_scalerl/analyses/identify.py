@@ -307,7 +307,10 @@ def identifiability(
     prior_mass = _prior_bin_mass(fixed, R0, edges)
     pos = np.clip((A - R0[:, None]) / (1.0 - R0[:, None]), 0.0, 1.0 - 1e-12)
     bins = (pos * _OVERLAP_BINS).astype(int)
-    post_mass = np.stack([np.bincount(b, minlength=_OVERLAP_BINS) for b in bins]) / A.shape[1]
+    # every run's bin counts from one bincount: run i's bins offset by i * bins
+    flat = (bins + _OVERLAP_BINS * np.arange(len(bins))[:, None]).ravel()
+    post_mass = np.bincount(flat, minlength=len(bins) * _OVERLAP_BINS).reshape(len(bins), _OVERLAP_BINS)
+    post_mass = post_mass / A.shape[1]
     overlap = np.minimum(prior_mass, post_mass).sum(axis=1)
     p_beyond = (result.draws("C_mid") > c_fit[:, None]).mean(axis=1)
     converged = result.diagnostics()["converged"].to_numpy(bool)
