@@ -295,11 +295,12 @@ def _add_priors_option(p: argparse.ArgumentParser) -> None:
     """``--priors``: the default priors, or ``A``, ``B`` and ``C_mid``'s learnt from the batch."""
     p.add_argument(
         "--priors",
-        choices=("default", "batch"),
-        default="default",
-        help="default: the wide priors of A, B and C_mid; batch (experimental): each run's priors of "
-        "A, B and C_mid learnt from the batch's other runs (bs.Priors(from_batch='ceiling'); "
-        "independent model only)",
+        choices=("batch", "fixed"),
+        default=None,
+        help="batch (the default with --model independent): each run's priors of A, B and C_mid "
+        "learnt from the batch's other runs (bs.Priors(from_batch='ceiling')); fixed: the wide "
+        "priors of A, B and C_mid, the same for every run (the default before 0.3, and with "
+        "--model hierarchical, which pools the runs itself)",
     )
 
 
@@ -549,7 +550,7 @@ def _priors(args):
         rho=rho,
         R0_fitted=getattr(args, "r0", "first") == "fitted",
         shape_noise=_shape_noise(getattr(args, "shape_noise", None)),
-        from_batch="ceiling" if getattr(args, "priors", "default") == "batch" else False,
+        from_batch={"batch": "ceiling", "fixed": False}.get(getattr(args, "priors", None), "auto"),
     )
 
 
@@ -832,7 +833,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         if getattr(args, "model", "independent") == "hierarchical" and isinstance(_shape_noise(shape), tuple):
             parser.error("argument --shape-noise: not with --model hierarchical")
     hierarchical = getattr(args, "model", "independent") == "hierarchical"
-    if getattr(args, "priors", "default") == "batch" and hierarchical:
+    if getattr(args, "priors", None) == "batch" and hierarchical:
         parser.error("argument --priors: batch needs --model independent (the hierarchical model pools)")
     if args.command in ("fit", "demo"):
         if args.model == "hierarchical" and (

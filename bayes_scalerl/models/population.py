@@ -156,7 +156,6 @@ def grid_loglik(window, priors: Priors, *, n_b: int = 29, n_c: int = 41, chunk: 
     GridLik
     """
     from ..engine.driver import _with_whitening, padded_inputs
-    from .sigmoid import SigmoidModel
 
     if priors.likelihood == "student_t":  # taken as Gaussian (its scale mixture has a latent per point)
         priors = dataclasses.replace(priors, likelihood="gaussian", rho=None, shape_noise=None)
@@ -165,26 +164,35 @@ def grid_loglik(window, priors: Priors, *, n_b: int = 29, n_c: int = 41, chunk: 
     binomial = priors.likelihood == "binomial"
     arrays = _with_whitening(padded_inputs(window._replace(prior=None), n_eval=binomial))
     n_runs = arrays["R0"].shape[0]
+    if priors.likelihood == "ar1" and not priors.rho_sampled and "rho" not in arrays:
+        # "auto" or "reml" without the fit's estimate: estimated here, as the model would
+        rho = priors.rho if isinstance(priors.rho, float) else None
+        if rho is None:
+            from ..data.noise import estimate_rho
+
+            rho = estimate_rho(arrays["compute"], arrays["reward"], arrays["mask"], arrays["R0"], priors.rho)
+        arrays["rho"] = np.broadcast_to(np.asarray(rho, dtype=np.float64), arrays["R0"].shape)
     chunk = min(chunk, 1 << max(n_runs - 1, 0).bit_length())  # few shapes: powers of two
-    data = SigmoidModel(priors).data({k: jnp.asarray(v) for k, v in arrays.items()})
     log_B = math.log(priors.B_median) + priors.B_log_sd * np.linspace(-_SPAN, _SPAN, n_b)
     offset = priors.C_mid_log_sd * np.linspace(-_SPAN, _SPAN, n_c)
-    n_fit = np.maximum(np.sum(np.asarray(data.mask), axis=1), 1)
+    n_fit = np.maximum(np.sum(np.asarray(arrays["mask"], bool), axis=1), 1)
     # +- about 4 sd of log sigma's likelihood, plus the coarse grid's step
     half = np.minimum(2.5, 4.0 / np.sqrt(2.0 * n_fit)) + 0.25
     use_rho = priors.likelihood == "ar1"
     out = np.empty((n_runs, n_b, n_c))
     gain = np.empty((3, n_runs, n_b, n_c, _N_SIGMA))
+    log_loc = np.empty(n_runs)
     fn = _grid_fn(priors, use_rho)
     for lo in range(0, n_runs, chunk):
         hi = min(lo + chunk, n_runs)
-        idx = jnp.asarray(np.concatenate([np.arange(lo, hi), np.full(chunk - (hi - lo), lo)]))
-        d = jax.tree_util.tree_map(lambda a, idx=idx: a[idx], data)
-        ll, g = fn(d, jnp.asarray(log_B), jnp.asarray(offset), jnp.asarray(half[idx]))
+        idx = np.concatenate([np.arange(lo, hi), np.full(chunk - (hi - lo), lo)])
+        # the run data are built inside the compiled program (no eager operation per shape)
+        part = {k: jnp.asarray(v[idx]) for k, v in arrays.items()}
+        ll, g, loc = fn(part, jnp.asarray(log_B), jnp.asarray(offset), jnp.asarray(half[idx]))
         out[lo:hi] = np.asarray(ll)[: hi - lo]
         gain[:, lo:hi] = np.asarray(g)[:, : hi - lo]
-    log_loc = np.asarray(data.log_c_mid_loc, dtype=np.float64)
-    return GridLik(log_B, offset, log_loc, out, np.asarray(data.R0, dtype=np.float64), *gain)
+        log_loc[lo:hi] = np.asarray(loc)[: hi - lo]
+    return GridLik(log_B, offset, log_loc, out, np.asarray(arrays["R0"], dtype=np.float64), *gain)
 
 
 _GRID_CACHE: dict = {}
@@ -192,6 +200,8 @@ _COARSE = np.log(np.geomspace(1e-3, 0.5, 16))  # where each cell's sigma is look
 
 
 def _grid_fn(priors: Priors, use_rho: bool):
+    from .sigmoid import SigmoidModel
+
     key = (priors, use_rho)
     if key not in _GRID_CACHE:
 
@@ -220,9 +230,10 @@ def _grid_fn(priors: Priors, use_rho: bool):
 
             return jax.vmap(jax.vmap(cell, (None, 0)), (0, None))(log_B, offset)
 
-        def batched(data, log_B, offset, half):
+        def batched(arrays, log_B, offset, half):
+            data = SigmoidModel(priors).data(arrays)
             ll, gain = jax.vmap(one, (0, None, None, 0))(data, log_B, offset, half)
-            return ll, jnp.moveaxis(gain, 3, 0)  # run, b, c, 3, k -> 3, run, b, c, k
+            return ll, jnp.moveaxis(gain, 3, 0), data.log_c_mid_loc  # gain: 3, run, b, c, k
 
         _GRID_CACHE[key] = jax.jit(batched)
     return _GRID_CACHE[key]
@@ -356,27 +367,35 @@ def _ceiling_terms(grid: GridLik, idx: np.ndarray, axis: _Axis) -> np.ndarray:
     mixture of normals over ``sigma``'s grid, :class:`GridLik`) times that prior,
     integrated in closed form. Cells whose likelihood (``A`` uniform on ``(R0, 1)``) is
     more than ``exp(25)`` below the run's best are ``-inf``: no prior of ``A`` lifts
-    them back (the densest, ``tau_A`` 0.005, by ``exp(4.4)`` at most).
+    them back (the densest, ``tau_A`` 0.005, by ``exp(4.4)`` at most). Computed in
+    float32 (:func:`~bayes_scalerl.models.scalerl.log_diff_ndtr`'s float32 branch): its
+    errors, about 1e-4 in the log of a cell's weight, are far below the grid's own.
     """
-    free = grid.gain_loglik[idx]
     flat = grid.loglik[idx]  # A uniform on (R0, 1): the gain's likelihood where A can be
-    keep = flat >= flat.max(axis=(1, 2), keepdims=True) - _NEGLIGIBLE
+    best = flat.max(axis=(1, 2), keepdims=True)
+    keep = flat >= best - _NEGLIGIBLE
+    free = grid.gain_loglik[idx] - best[..., None]  # relative to each run's best (float32's range)
     where = np.nonzero(keep)
     n = where[0].size
     size = max(256, 1 << (n - 1).bit_length())  # few compiled shapes: powers of two
     take = tuple(np.concatenate([w, np.full(size - n, w[0])]) for w in where)
-    with runtime.x64():
-        out = _ceiling_fn(
-            jnp.asarray(free[take]),
-            jnp.asarray(grid.gain_mean[idx][take]),
-            jnp.asarray(grid.gain_sd[idx][take]),
-            jnp.asarray(grid.R0[idx][take[0]]),
-            jnp.asarray(axis.mu),
-            jnp.asarray(axis.tau),
-        )
-        terms = np.full(keep.shape + (axis.mu.size,), -np.inf)
-        terms[where] = np.asarray(out)[:n]
+    h = axis.mu.size
+    pad = max(_H_PAD, h) - h  # both grids of A in one compiled shape
+    f32 = np.float32  # about 3x faster than float64 on a CPU, and ample for a grid's weights
+    out = _ceiling_fn(
+        jnp.asarray(free[take], f32),
+        jnp.asarray(grid.gain_mean[idx][take], f32),
+        jnp.asarray(grid.gain_sd[idx][take], f32),
+        jnp.asarray(grid.R0[idx][take[0]], f32),
+        jnp.asarray(np.pad(axis.mu, (0, pad), mode="edge"), f32),
+        jnp.asarray(np.pad(axis.tau, (0, pad), mode="edge"), f32),
+    )
+    terms = np.full(keep.shape + (h,), -np.inf)
+    terms[where] = np.asarray(out, dtype=np.float64)[:n, :h]
     return terms
+
+
+_H_PAD = 80  # hyper-grid points of A per compiled call (the grids have 60 and 78)
 
 
 @jax.jit

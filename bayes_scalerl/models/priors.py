@@ -140,11 +140,13 @@ class Priors:
     rho_scale: float = 0.75
     rho: float | str | None = "auto"
     shape_noise: tuple[float, float] | str | None = "auto"
-    from_batch: bool | str = False
+    from_batch: bool | str = "auto"
 
     def __post_init__(self) -> None:
-        if self.from_batch not in (False, True, "ceiling"):
-            raise ValueError(f"Priors: from_batch must be False, True or 'ceiling', got {self.from_batch!r}.")
+        if self.from_batch not in (False, True, "ceiling", "auto"):
+            raise ValueError(
+                f"Priors: from_batch must be 'auto', 'ceiling', True or False, got {self.from_batch!r}."
+            )
         if self.from_batch == "ceiling" and self.A_loc is not None:
             raise ValueError(
                 f"Priors: A_loc={self.A_loc!r} gives every run a prior of A, and from_batch='ceiling' learns "
@@ -227,6 +229,7 @@ class Priors:
         d = {k: v for k, v in dict(d).items() if k in names}
         d.setdefault("likelihood", "gaussian")
         d.setdefault("shape_noise", None)  # saved before the term existed
+        d.setdefault("from_batch", False)  # saved before priors were learnt from the batch
         if d["likelihood"] == "ar1":
             d.setdefault("rho", None)
         return cls(**d)

@@ -466,13 +466,22 @@ def _log_prior(z: jax.Array, p: Constrained, data: RunData, priors: Priors) -> j
 #: Below this, ``log Phi`` is taken from its asymptotic series (``Phi`` itself underflows
 #: near -38; at -20 the series' first omitted term is 4e-9 of the sum).
 _TAIL = -20.0
+#: In float32 (``erfc`` underflows near -13): the series from -9 on, with a fifth term
+#: (the first omitted, ``945 / x^10``, is 3e-7 of the sum there).
+_TAIL_32 = -9.0
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
 
-def _log_ndtr_tail(x: jax.Array) -> jax.Array:
-    """``log Phi(x)`` for ``x <= -20`` from the asymptotic series (four terms)."""
+def _tail_series(x: jax.Array, terms: int = 4) -> jax.Array:
+    """``log`` of the asymptotic series' sum ``1 - 1/x^2 + 3/x^4 - ...`` (four or five terms)."""
     r = 1.0 / (x * x)
-    return -0.5 / r - jnp.log(-x) - 0.5 * _LOG_2PI + jnp.log1p(r * (-1.0 + r * (3.0 - 15.0 * r)))
+    last = -15.0 if terms == 4 else -15.0 + 105.0 * r
+    return jnp.log1p(r * (-1.0 + r * (3.0 + r * last)))
+
+
+def _log_ndtr_tail(x: jax.Array, terms: int = 4) -> jax.Array:
+    """``log Phi(x)`` far in the lower tail from the asymptotic series (four or five terms)."""
+    return -0.5 / (1.0 / (x * x)) - jnp.log(-x) - 0.5 * _LOG_2PI + _tail_series(x, terms)
 
 
 def log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -485,22 +494,43 @@ def log_diff_ndtr(a: jax.Array, b: jax.Array) -> jax.Array:
     ``log_ndtr`` (JAX's, whose series stops a term earlier, is within 8e-7), in about a
     third of the time of two ``jax.scipy.special.log_ndtr`` calls: it is most of the cost
     of learning a population of ceilings (:mod:`~bayes_scalerl.models.population`).
+
+    In float32 (the population's grid, where it runs about 3x faster on a CPU) the series
+    takes over below -9, with five terms, the tail's difference is taken from the series'
+    terms, and the midpoint rule (with its second-order term) wherever the width times
+    ``max(1, |midpoint|)`` is below 0.2: within 5e-5 of SciPy's float64 value where the
+    bounds lie within +-12, and within 3e-5 of the value's size beyond.
     """
+    f32 = jnp.result_type(a, b) == jnp.float32
+    tail_at, terms = (_TAIL_32, 5) if f32 else (_TAIL, 4)
+    tiny = float(jnp.finfo(jnp.float32).tiny) if f32 else 1e-300
     flip = a > 0  # use the symmetric lower tail
     lo = jnp.where(flip, -b, a)
     hi = jnp.where(flip, -a, b)
-    deep = hi < _TAIL
+    deep = hi < tail_at
     # the unused branch gets safe inputs, so that no NaN reaches a gradient through jnp.where
-    l_hi = _log_ndtr_tail(jnp.where(deep, hi, _TAIL))
-    l_lo = _log_ndtr_tail(jnp.where(deep, lo, _TAIL - 1.0))
-    tail = l_hi + jnp.log(-jnp.expm1(jnp.minimum(l_lo - l_hi, -1e-300)))
+    t_hi, t_lo = jnp.where(deep, hi, tail_at), jnp.where(deep, lo, tail_at - 1.0)
+    l_hi = _log_ndtr_tail(t_hi, terms)
+    if f32:  # l_lo - l_hi from the series' terms (their difference, not two rounded logs)
+        w = t_hi - t_lo
+        gap = 0.5 * w * (t_lo + t_hi) - jnp.log1p(w / -t_hi)
+        gap = gap + (_tail_series(t_lo, terms) - _tail_series(t_hi, terms))
+    else:
+        gap = _log_ndtr_tail(t_lo, terms) - l_hi
+    tail = l_hi + jnp.log(-jnp.expm1(jnp.minimum(gap, -tiny)))
     p_hi = 0.5 * jax.lax.erfc(-jnp.where(deep, 0.0, hi) * _SQRT_HALF)
     p_lo = 0.5 * jax.lax.erfc(-jnp.where(deep, -1.0, lo) * _SQRT_HALF)
-    direct = jnp.log(jnp.maximum(p_hi - p_lo, 1e-300))
+    direct = jnp.log(jnp.maximum(p_hi - p_lo, tiny))
     width = hi - lo
     mid = 0.5 * (hi + lo)
-    narrow = jnp.log(jnp.maximum(width, 1e-300)) - 0.5 * mid**2 - 0.5 * _LOG_2PI
-    return jnp.where(width < 1e-5, narrow, jnp.where(deep, tail, direct))
+    narrow = jnp.log(jnp.maximum(width, tiny)) - 0.5 * mid**2 - 0.5 * _LOG_2PI
+    if f32:  # the midpoint rule with its second-order term, wherever erfc's difference would
+        # cancel (the next term is below 1e-6 of the sum there)
+        narrow = narrow + jnp.log1p(width**2 * (mid**2 - 1.0) / 24.0)
+        use = width * jnp.maximum(1.0, jnp.abs(mid)) < 0.2
+    else:
+        use = width < 1e-5
+    return jnp.where(use, narrow, jnp.where(deep, tail, direct))
 
 
 def point_fractions(log_B: jax.Array, log_C_mid: jax.Array, data: RunData) -> jax.Array:
