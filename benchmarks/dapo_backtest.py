@@ -264,8 +264,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "--from-batch",
         choices=("yes", "no", "ceiling"),
         default=None,
-        help="priors of B and C_mid (ceiling: and A) learnt from the batch (bs.Priors(from_batch=...); "
-        "default bs.Priors()'s)",
+        help="priors of B and C_mid (ceiling: and A) learnt from the batch (bs.Priors(from_batch=...)); "
+        "no: the fixed priors; default bs.Priors()'s (ceiling from 2026-12-07, the fixed ones before)",
     )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)

@@ -286,15 +286,16 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--rho", help="AR(1) rho of the default fit: 'auto' (variogram), 'reml' or a number")
     ap.add_argument(
         "--priors",
-        choices=("fixed", "batch"),
-        default="fixed",
-        help="priors of the default fit: fixed, or A, B and C_mid's learnt from the batch "
-        "(bs.Priors(from_batch='ceiling'), the CLI's --priors batch)",
+        choices=("batch", "fixed"),
+        default="batch",
+        help="priors of the default fit: A, B and C_mid's learnt from the batch (the default, "
+        "the CLI's --priors batch), or the fixed ones (--priors fixed; tables before 2026-12-07 "
+        "without --priors)",
     )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     fit_kwargs: dict = {"model": args.model}
-    priors: dict = {"from_batch": "ceiling"} if args.priors == "batch" else {}
+    priors: dict = {} if args.priors == "batch" else {"from_batch": False}
     if args.rho is not None:
         priors["rho"] = args.rho if args.rho in ("auto", "reml", "sampled") else float(args.rho)
     if priors:

@@ -79,17 +79,23 @@ __all__ = [
 #: Bayesian methods: name -> keyword arguments of ``bs.fit`` (through ``bs.backtest``'s
 #: ``fit_kwargs``). Add new predictive models here (or with ``--method NAME=JSON``).
 METHODS: dict[str, dict[str, Any]] = {
-    # the default: AR(1) noise at the batch's correlation + calibrated discrepancy
+    # the default: AR(1) noise at the batch's correlation + calibrated discrepancy + priors
+    # learnt from the batch (tables before 2026-12-07: the fixed priors, now "fixed")
     "calibrated": {"priors": bs.Priors()},
+    # the default until 2026-12-07: the same with the fixed priors
+    "fixed": {"priors": bs.Priors(from_batch=False)},
     # the default with R0 a parameter, not the first evaluation
     "r0fit": {"priors": bs.Priors(R0_fitted=True)},
     # an earlier default: independent Gaussian noise + calibrated discrepancy, R0 the first evaluation
-    "calibrated_gaussian": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False)},
+    "calibrated_gaussian": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False)},
     # version 0.1's exact sigmoid with independent Gaussian noise, R0 the first evaluation
-    "gaussian": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False), "discrepancy": False},
+    "gaussian": {
+        "priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False),
+        "discrepancy": False,
+    },
     # AR(1) with each run's correlation sampled, exact sigmoid
-    "ar1": {"priors": bs.Priors(likelihood="ar1", rho=None), "discrepancy": False},
-    "student_t": {"priors": bs.Priors(likelihood="student_t"), "discrepancy": False},
+    "ar1": {"priors": bs.Priors(likelihood="ar1", rho=None, from_batch=False), "discrepancy": False},
+    "student_t": {"priors": bs.Priors(likelihood="student_t", from_batch=False), "discrepancy": False},
 }
 #: Baselines computed by ``bs.backtest`` beside a Bayesian fit: name -> its method label there.
 BASELINES = {"ls_boot": "boot", "ls": "ls"}

@@ -52,8 +52,9 @@ def main(argv=None) -> None:
     import jax
 
     settings = {
-        "default": {},
+        "default": {},  # priors learnt from the batch from 2026-12-07; the fixed ones before
         "default-no-retry": {"retry": False},
+        "fixed": {"priors": bs.Priors(from_batch=False)},  # the default until 2026-12-07
         # one second attempt, no third: the default until 2026-12-06 (the retry-real rows say
         # which setting each "default" row had)
         "default-one-retry": {"retry": bs.Retry(retries=1)},
@@ -61,15 +62,18 @@ def main(argv=None) -> None:
         # the batch's AR(1) correlation by the restricted likelihood of least-squares residuals
         "reml": {"priors": bs.Priors(rho="reml")},
         # the default until 0.2: independent Gaussian noise, with the discrepancy
-        "gaussian-default": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False)},
+        "gaussian-default": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False)},
         "gaussian-default-no-retry": {
-            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False),
+            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False),
             "retry": False,
         },
         # version 0.1's model
-        "gaussian-only": {"priors": bs.Priors(likelihood="gaussian", R0_fitted=False), "discrepancy": False},
+        "gaussian-only": {
+            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False),
+            "discrepancy": False,
+        },
         "gaussian-only-no-retry": {
-            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False),
+            "priors": bs.Priors(likelihood="gaussian", R0_fitted=False, from_batch=False),
             "discrepancy": False,
             "retry": False,
         },

@@ -321,11 +321,14 @@ def test_the_baseline_samples_failing_runs_again_once_at_most():
             {
                 **learnt,
                 "discrepancy": False,
-                "priors": bs.Priors(likelihood="gaussian", rho=None, shape_noise=None),
+                "priors": bs.Priors(likelihood="gaussian", rho=None, shape_noise=None, from_batch=False),
             }
         )
         is None
     )
+    # the default priors are learnt from the batch: Gaussian noise alone is not version 0.1's model
+    gauss = bs.Priors(likelihood="gaussian", rho=None, shape_noise=None)
+    assert _version_01({"priors": gauss, "discrepancy": False})["priors"].from_batch is False
 
 
 # ---------------------------------------------------------------------- real curves

@@ -30,19 +30,22 @@ def test_demo_writes_every_output(tmp_path, capsys):
     need += ["a_width90", "a_width90_data", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
     need += ["reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
+    need += ["prior_a_loc", "prior_a_scale"]  # the default: each run's prior of A learnt from the batch
     assert list(d.columns) == need
+    assert np.isfinite(d[["prior_a_loc", "prior_a_scale"]].to_numpy()).all() and (d.prior_a_scale > 0).all()
     # the default noise model: AR(1), one correlation for the batch, in [0, 0.9]
     assert (d.likelihood == "ar1").all() and d.rho.nunique() == 1 and 0.0 <= d.rho.iloc[0] <= 0.9
-    # the flag follows its documented rule: contraction >= 0.9 and a 90% width <= 0.10
-    rule = (d.a_contraction >= 0.9) & (d.a_width90 <= 0.10)
-    assert (d.a_identified == rule).all() and (d.a_width90_data == d.a_width90).all()  # fixed priors
+    # the flag follows its documented rule: contraction >= 0.9 and a 90% width <= 0.10, both
+    # of the run's own data under the fixed priors (the priors are learnt from the batch)
+    rule = (d.a_contraction >= 0.9) & (d.a_width90_data <= 0.10)
+    assert (d.a_identified == rule).all()
     assert d.loc[d.a_identified, "a_flag"].str.startswith("A identified").all()
     assert d.loc[~d.a_identified, "a_flag"].str.startswith("A weakly identified").all()
     res = bs.FitResult.load(out / "posterior.nc")
     assert res.run_names == d.run.tolist()
     assert "log_likelihood" not in res.dt.children  # only with --log-likelihood
     printed = capsys.readouterr().out
-    assert "A = " in printed
+    assert "A = " in printed and "priors of A, B and C_mid learnt from the batch" in printed
     # the last line says where the time went; its phases add up to at most the total
     last = printed.strip().splitlines()[-1]
     assert last.startswith("time (s): ")
@@ -450,9 +453,12 @@ def test_priors_option_learns_them_from_the_batch(command):
     from bayes_scalerl.cli.commands import _priors, build_parser
 
     parser = build_parser()
-    assert _priors(parser.parse_args(command)).from_batch is False  # the default
-    assert _priors(parser.parse_args([*command, "--priors", "default"])).from_batch is False
+    # the default: learnt where the model can (fit resolves "auto" by model)
+    assert _priors(parser.parse_args(command)).from_batch == "auto"
+    assert _priors(parser.parse_args([*command, "--priors", "fixed"])).from_batch is False
     assert _priors(parser.parse_args([*command, "--priors", "batch"])).from_batch == "ceiling"
+    with pytest.raises(SystemExit):  # the old name of the fixed priors is refused, not guessed
+        parser.parse_args([*command, "--priors", "default"])
 
 
 @pytest.mark.parametrize(

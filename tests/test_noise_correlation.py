@@ -194,7 +194,7 @@ def test_priors_round_trip_and_older_saves_read_as_they_were_meant():
     assert bs.Priors.from_dict({"B_median": 2.5}).likelihood == "gaussian"
     assert bs.Priors.from_dict({"likelihood": "ar1"}).rho_sampled
     assert bs.Priors.from_dict({"likelihood": "gaussian", "unknown_key": 1}) == bs.Priors(
-        likelihood="gaussian", shape_noise=None
+        likelihood="gaussian", shape_noise=None, from_batch=False
     )
     # saved before smooth departures: without them
     assert bs.Priors.from_dict({"likelihood": "ar1", "rho": 0.3}).shape_noise is None
@@ -256,9 +256,10 @@ def test_fit_with_rho_auto_records_the_estimate_and_predicts():
     assert rho == bs.noise_correlation(runs, fit_until=8000)
     assert 0.3 < rho <= RHO_MAX  # 4 runs x 19 points of rho = 0.7 noise
     assert "rho" not in res.var_names and "rho" not in res.dt["posterior"].data_vars
-    assert res.settings["noise"] == (
+    assert res.settings["noise"].startswith(
         f"AR(1), rho {rho:.3f} for every run, estimated from the data; "
-        "no smooth departures from the sigmoid found in the data"
+        "no smooth departures from the sigmoid found in the data; "
+        "priors of A, B and C_mid learnt from the batch"  # the default's priors
     )
     d = res.diagnostics()  # diagnostics.csv says which noise model each run got
     assert (d["likelihood"] == "ar1").all() and (d["rho"] == rho).all()

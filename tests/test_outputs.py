@@ -19,6 +19,7 @@ from bayes_scalerl.report.outputs import (  # noqa: E402
     DECLINE_COLUMNS,
     DISCREPANCY_COLUMNS,
     IDENTIFIABILITY_COLUMNS,
+    PRIOR_COLUMNS,
 )
 
 FILES = {"summary.csv", "predictions.csv", "diagnostics.csv", "posterior.nc", "curves.png"}
@@ -82,7 +83,8 @@ def test_folder_from_python_reads_like_the_cli_one(small_fit, tmp_path, capsys):
     out = tmp_path / "py-fit"
     bs.write_fit_folder(small_fit, out, predict=[32000.0])
     d = pd.read_csv(out / "diagnostics.csv")
-    tail = [*IDENTIFIABILITY_COLUMNS, *DECLINE_COLUMNS, *DISCREPANCY_COLUMNS]
+    # the default fit: its discrepancy, then each run's prior of A learnt from the batch
+    tail = [*IDENTIFIABILITY_COLUMNS, *DECLINE_COLUMNS, *DISCREPANCY_COLUMNS, *PRIOR_COLUMNS]
     assert list(d.columns[-len(tail) :]) == tail
     assert set(d["discrepancy_from"]) <= {"run+batch", "batch"} and (d["discrepancy_tau"] >= 0).all()
     assert d.run.tolist() == small_fit.run_names

@@ -270,7 +270,8 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
 
     monkeypatch.setattr(population, "grid_loglik", spy)
     runs = _like_runs(4, seed=10)
-    f = bs.fit(runs, priors=bs.Priors(from_batch="ceiling"), chains=2, warmup=50, samples=50, progress=False)
+    # the default priors: learnt from the batch by the independent model
+    f = bs.fit(runs, chains=2, warmup=50, samples=50, progress=False)
     assert "A, B and C_mid learnt from the batch" in f.settings["noise"]
     assert f.settings["priors"]["from_batch"] == "ceiling"
     assert np.isfinite(f.dt["posterior"]["A"].values).all()
@@ -282,6 +283,16 @@ def test_fit_from_batch_and_its_refits(monkeypatch):
     with pytest.raises(ValueError, match="A_loc=0.6 gives every run a prior of A"):
         bs.Priors(A_loc=0.6, A_scale=0.05, from_batch="ceiling")
     assert bs.Priors(A_loc=0.6, A_scale=0.05, from_batch=True).from_batch is True
+    # the default resolves by model: the hierarchical model pools in its fit, a given prior
+    # of A is every run's, and an explicit choice stands
+    assert bs.Priors().from_batch == "auto"
+    assert bs.Priors().for_model("independent").from_batch == "ceiling"
+    assert bs.Priors().for_model("hierarchical").from_batch is False
+    assert bs.Priors(A_loc=0.6, A_scale=0.05).for_model("independent").from_batch is False
+    assert bs.Priors(from_batch=True).for_model("independent").from_batch is True
+    assert bs.Priors(from_batch=False).for_model("independent").from_batch is False
+    # fits saved before the learnt priors were the default read back as what they were
+    assert bs.Priors.from_dict({"likelihood": "ar1", "rho": "auto"}).from_batch is False
 
 
 def test_a_batch_of_one_training_run_keeps_the_fixed_priors():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import re
 
@@ -129,7 +130,8 @@ def test_html_contents(demo_fit, demo_report):
         assert key in text, key
     assert "&lt;demo&gt;" in text and "<demo>" not in text  # the source, escaped
     # the noise model each run got, in words (the default: one AR(1) correlation for the batch)
-    assert f"<th>noise</th><td>{demo_fit.settings['noise']}</td>" in text
+    # (escaped: the learnt priors' words hold "run's")
+    assert f"<th>noise</th><td>{html.escape(demo_fit.settings['noise'])}</td>" in text
     assert demo_fit.settings["noise"].startswith("AR(1), rho ")
     for run in demo_fit.run_names:
         assert run in text

@@ -67,10 +67,13 @@ def _quantiles(x, p, qs):
 def test_nuts_matches_brute_force_grid():
     truth, df = _three_runs(3)
     runs = bs.Runs.from_frame(df)
-    # the sampler alone: the exact sigmoid posterior, without the calibrated discrepancy
-    res = bs.fit(runs, min_compute=1500, seed=2, chains=4, warmup=500, samples=1000, discrepancy=False)
+    # the sampler alone: the exact sigmoid posterior, without the calibrated discrepancy, under
+    # the fixed priors the grid integrates (the default learns each run's from the batch)
+    priors = bs.Priors(from_batch=False)
+    res = bs.fit(
+        runs, min_compute=1500, seed=2, chains=4, warmup=500, samples=1000, discrepancy=False, priors=priors
+    )
     w = runs.window(min_compute=1500)
-    priors = bs.Priors()
     summ = res.summary()
     diag = res.diagnostics()
     for i, name in enumerate(runs.names):

@@ -118,8 +118,11 @@ def reference(data) -> dict:
 
 @pytest.fixture(scope="module")
 def reference_exact(data) -> dict:
-    """The same fit without the calibrated discrepancy: its posterior ``A`` is the sampler's own draw."""
-    return _arrays(bs.fit(bs.read_runs(data["a"]), seed=3, discrepancy=False, **_FIT), 0)
+    """The same fit without the calibrated discrepancy, under the fixed priors (those of a bare
+    window; the default learns each run's from the batch): its posterior ``A`` is the
+    sampler's own draw."""
+    fixed = bs.Priors(from_batch=False)
+    return _arrays(bs.fit(bs.read_runs(data["a"]), seed=3, discrepancy=False, priors=fixed, **_FIT), 0)
 
 
 def _arrays(res, i: int) -> dict:
@@ -189,8 +192,9 @@ def test_chunking_and_device_count_do_not_change_draws(data, reference_exact):
     """Run i's randomness is fold_in(key, i): chunk boundaries and devices do not matter."""
     w = bs.read_runs(data["a"]).window(min_compute=1500)
     key = jax.random.key(3)
-    by4 = engine.sample_window(key, w, bs.Priors(), _CONFIG, chunk_size=4, progress=False)
-    by8 = engine.sample_window(key, w, bs.Priors(), _CONFIG, chunk_size=8, progress=False, n_devices=1)
+    fixed = bs.Priors(from_batch=False)
+    by4 = engine.sample_window(key, w, fixed, _CONFIG, chunk_size=4, progress=False)
+    by8 = engine.sample_window(key, w, fixed, _CONFIG, chunk_size=8, progress=False, n_devices=1)
     for f in ("A", "B", "C_mid", "sigma", "lp", "step_size", "num_steps"):
         np.testing.assert_array_equal(by4[f], by8[f], err_msg=f)
     np.testing.assert_array_equal(np.moveaxis(by4["A"], 0, -1), reference_exact["0/posterior/A"])
@@ -264,16 +268,18 @@ def test_checkpoint_of_another_fit_is_refused(tmp_path, data):
     w = bs.read_runs(data["a"]).window(min_compute=1500)
     ckpt = tmp_path / "ckpt"
     arrays = engine.padded_inputs(w)
-    model = SigmoidModel(bs.Priors())
+    # the fixed priors: the bare window's program (the default's learnt priors are data of it)
+    fixed = bs.Priors(from_batch=False)
+    model = SigmoidModel(fixed)
     parts = driver._fingerprint(arrays, model, _CONFIG, *driver._key_parts(jax.random.key(3)), 4)
     assert checkpoint.ChunkStore.open(ckpt, {"parts": parts}).done() == []
     manifest = (ckpt / "manifest.json").read_bytes()
     for change in (dict(seed=4), dict(chunk_size=6), dict(warmup=41)):
-        kw = {**_FIT, "checkpoint_dir": ckpt, "seed": 3, **change}
+        kw = {**_FIT, "checkpoint_dir": ckpt, "seed": 3, "priors": fixed, **change}
         with pytest.raises(checkpoint.CheckpointMismatch, match="different fit"):
             bs.fit(bs.read_runs(data["a"]), **kw)
     with pytest.raises(checkpoint.CheckpointMismatch, match="data changed"):
-        bs.fit(bs.read_runs(data["b"]), **{**_FIT, "checkpoint_dir": ckpt, "seed": 3})
+        bs.fit(bs.read_runs(data["b"]), **{**_FIT, "checkpoint_dir": ckpt, "seed": 3, "priors": fixed})
     assert (ckpt / "manifest.json").read_bytes() == manifest  # refused, not overwritten
 
 

@@ -330,7 +330,10 @@ def test_auto_on_clean_curves_is_the_fit_without_the_term():
     default = bs.fit(df, priors=bs.Priors(shape_noise=None), **kw)
     auto = bs.fit(df, **kw)  # the default, "auto"
     assert auto.settings["priors"]["shape_noise"] is None
-    assert auto.settings["noise"].endswith("no smooth departures from the sigmoid found in the data")
+    # (then the default's priors learnt from the batch, in words)
+    words = auto.settings["noise"].split("; ")
+    assert words[1] == "no smooth departures from the sigmoid found in the data"
+    assert words[2].startswith("priors of A, B and C_mid learnt from the batch")
     np.testing.assert_array_equal(auto.draws("A"), default.draws("A"))
 
 

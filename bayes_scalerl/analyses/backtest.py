@@ -44,9 +44,10 @@ from .scoring import crps_from_draws
 __all__ = ["Backtest", "backtest", "METHODS"]
 
 #: Methods scored by :func:`backtest`, in the order of its tables: ``bayes`` (the fit's
-#: predictive: by default AR(1) noise with the batch's correlation and the calibrated
-#: discrepancy), ``gaussian`` (version 0.1's default: the exact sigmoid with independent
-#: Gaussian noise and the fixed priors, fitted separately on the same points and settings;
+#: predictive: by default AR(1) noise with the batch's correlation, the calibrated
+#: discrepancy and each run's priors learnt from the batch), ``gaussian`` (version 0.1's
+#: default: the exact sigmoid with independent Gaussian noise and the fixed priors, fitted
+#: separately on the same points and settings;
 #: left out when the fit is that model already), ``ls`` (the paper's least-squares point fit) and ``boot``
 #: (its residual bootstrap).
 METHODS = ("bayes", "gaussian", "ls", "boot")

@@ -299,8 +299,8 @@ def _add_priors_option(p: argparse.ArgumentParser) -> None:
         default=None,
         help="batch (the default with --model independent): each run's priors of A, B and C_mid "
         "learnt from the batch's other runs (bs.Priors(from_batch='ceiling')); fixed: the wide "
-        "priors of A, B and C_mid, the same for every run (the default before 0.3, and with "
-        "--model hierarchical, which pools the runs itself)",
+        "priors of A, B and C_mid, the same for every run (the earlier default, and the default "
+        "with --model hierarchical, which pools the runs itself)",
     )
 
 

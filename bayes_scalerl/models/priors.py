@@ -7,7 +7,7 @@ changed with :func:`dataclasses.replace`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["Priors", "LIKELIHOODS"]
 
@@ -22,9 +22,10 @@ class Priors:
     Parameters
     ----------
     A_loc, A_scale : float or None
-        Prior on the asymptote. ``None`` (default) gives ``A ~ Uniform(R0, 1)``;
-        numbers give a Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)`` (not
-        with ``from_batch="ceiling"``, which learns it).
+        Prior on the asymptote. ``None`` (default) gives ``A ~ Uniform(R0, 1)``, or under
+        ``from_batch`` (the default) each run's prior learnt from the batch; numbers give
+        a Normal(``A_loc``, ``A_scale``) truncated to ``(R0, 1)`` for every run (then the
+        default ``from_batch="auto"`` learns no prior; not with ``"ceiling"``).
     B_median : float
         Median of the log-normal prior on the exponent ``B`` (default 2, the middle of
         the paper's reported values 1.1-5.2).
@@ -106,25 +107,30 @@ class Priors:
         It makes the fit count a dense log's smooth wiggles as the few
         pieces of evidence they are, and adds their variance to bands beyond the data.
         Needs ``likelihood="ar1"`` with a fixed ``rho``, or ``"gaussian"``.
-    from_batch : bool or "ceiling"
-        Learn the priors of ``B`` and ``C_mid`` (``"ceiling"``: and of ``A``) from the
-        batch before the fit (:mod:`~bayes_scalerl.models.population`): each run's prior
-        is the predictive of the population of the other runs' midpoints and exponents
-        (and ceilings), with ``C_mid`` counted relative to each run's window end or in
-        compute, whichever the batch supports better. The priors above (``B_median``,
-        ``B_log_sd``, ``C_mid_median``, ``C_mid_log_sd``) are then the hyperprior's
-        predictive, which a batch that says little leaves as it is. Default ``False``; the
-        independent model only. Both are experimental. ``True`` is not for decisions:
-        where windows end before the midpoints, the runs' likelihoods are ridges in
-        ``(B, C_mid)`` and the population's split of its spread between the two is not
-        identified, yet it sets the extrapolation; on exact sigmoids drawn from the very
-        population it assumes, its 4x bands were too narrow. ``"ceiling"`` (CLI
-        ``--priors batch``) pools ``A`` too, which pins each run on its ridge: calibrated
-        on the same runs, with lower CRPS than the default on them, on the
-        misspecification simulator and on the real sets
-        (``benchmarks/results/batch-priors.md``); a fit takes longer. A batch of one
-        training run has no other runs to learn from and keeps the fixed priors.
-        :func:`~bayes_scalerl.identifiability` judges ``A`` on each run's own data.
+    from_batch : "auto", "ceiling", bool
+        Learn each run's priors from the batch before the fit
+        (:mod:`~bayes_scalerl.models.population`): ``"ceiling"`` (CLI ``--priors batch``)
+        learns those of ``A``, ``B`` and ``C_mid``: each run's prior is the predictive of
+        the population of the other training runs' ceilings, exponents and midpoints, with
+        ``C_mid`` counted relative to each run's window end or in compute, whichever the
+        batch supports better. The priors above (``B_median``, ``B_log_sd``,
+        ``C_mid_median``, ``C_mid_log_sd``, ``A`` uniform) are then the hyperprior's
+        predictive, which a batch that says little leaves as it is. Where windows end
+        before the midpoints, a run's likelihood is a ridge in ``(A, B, C_mid)``; the other
+        runs' ceilings pin where on it the run sits. Calibrated on exact sigmoids drawn from
+        such a population, with lower CRPS than the fixed priors there, on the
+        misspecification and item-response simulators and on the real sets
+        (``benchmarks/results/batch-priors.md``); one run's ``A`` then leans toward the
+        batch's ceilings (README, "What the default assumes"). ``"auto"`` (default) is
+        ``"ceiling"`` for the independent model, and ``False`` for the hierarchical model
+        (which pools in its own fit) or when ``A_loc`` gives ``A``'s prior. ``False``
+        (CLI ``--priors fixed``): the priors above for every run. ``True`` learns ``B``
+        and ``C_mid`` only, and is not for decisions: their population's split of its
+        spread between the two is not identified on a ridge, yet it sets the
+        extrapolation; on exact sigmoids drawn from the very population it assumes, its 4x
+        bands were too narrow. A batch of one training run has no other runs to learn
+        from and keeps the fixed priors. :func:`~bayes_scalerl.identifiability` judges
+        ``A`` on each run's own data.
     """
 
     A_loc: float | None = None
@@ -212,6 +218,18 @@ class Priors:
     def A_uniform(self) -> bool:
         """Whether the prior on ``A`` is uniform on ``(R0, 1)``."""
         return self.A_scale is None
+
+    def for_model(self, model: str) -> Priors:
+        """These priors with ``from_batch="auto"`` resolved for ``model``.
+
+        ``"ceiling"`` for the independent model; ``False`` for the hierarchical model (it
+        pools the runs in its own fit) and where ``A_loc`` gives every run a prior of ``A``.
+        Other values are returned as they are.
+        """
+        if self.from_batch != "auto":
+            return self
+        learn = model != "hierarchical" and self.A_loc is None
+        return replace(self, from_batch="ceiling" if learn else False)
 
     def to_dict(self) -> dict:
         """The priors as a plain dict (``None`` kept), for attributes and reports."""

@@ -204,10 +204,7 @@ def fit(
     if model == "hierarchical" and priors.R0_fitted:
         raise ValueError("the hierarchical model takes R0 from each run's first evaluation; R0_fitted=False")
     hierarchical = model == "hierarchical"
-    if priors.from_batch == "auto":  # the default: A, B and C_mid's priors learnt from the batch,
-        # unless the hierarchical model pools the runs itself or A's prior is given
-        learn = not hierarchical and priors.A_loc is None
-        priors = dataclasses.replace(priors, from_batch="ceiling" if learn else False)
+    priors = priors.for_model(model)  # the default: priors learnt from the batch where they can be
     idx = hierarchy_index(runs) if hierarchical else None
     if target_accept is None:
         target_accept = 0.99 if priors.rho_sampled else 0.9
