@@ -59,6 +59,7 @@ from .packing import pack, packing
 __all__ = [
     "ESTIMATED_RHO",
     "estimate_rho",
+    "fixed_rho",
     "noise_correlation",
     "noise_correlation_arrays",
     "variogram_ratio",
@@ -191,12 +192,35 @@ def noise_correlation(
     return estimate_rho(window.compute, window.reward, window.mask, window.R0, method)
 
 
+def fixed_rho(rho: float | str, compute, reward, mask, R0) -> float:
+    """The fixed AR(1) correlation that ``Priors(rho=rho)`` gives these points.
+
+    Parameters
+    ----------
+    rho : float or {"auto", "reml"}
+        A number is the correlation itself; one of :data:`ESTIMATED_RHO` is estimated
+        from the points (:func:`estimate_rho`).
+    compute, reward, mask, R0 : ndarray
+        A fit window's points, as :func:`estimate_rho` takes them.
+
+    Returns
+    -------
+    float
+    """
+    if isinstance(rho, str):
+        return estimate_rho(
+            np.atleast_2d(np.asarray(compute)),
+            np.atleast_2d(np.asarray(reward)),
+            np.atleast_2d(np.asarray(mask)),
+            np.atleast_1d(np.asarray(R0)),
+            rho,
+        )
+    return float(rho)
+
+
 def with_window_rho(window, rho):
     """``window`` with every run's fixed AR(1) correlation set: ``rho`` itself, or with one of
-    :data:`ESTIMATED_RHO` the window's own estimate (:func:`estimate_rho` of its fitted
+    :data:`ESTIMATED_RHO` the window's own estimate (:func:`fixed_rho` of its fitted
     points). Returns the new window and the value."""
-    if isinstance(rho, str):
-        value = estimate_rho(window.compute, window.reward, window.mask, window.R0, rho)
-    else:
-        value = float(rho)
+    value = fixed_rho(rho, window.compute, window.reward, window.mask, window.R0)
     return window._replace(rho=np.full(np.shape(window.R0), value)), value

@@ -166,11 +166,9 @@ def grid_loglik(window, priors: Priors, *, n_b: int = 29, n_c: int = 41, chunk: 
     n_runs = arrays["R0"].shape[0]
     if priors.likelihood == "ar1" and not priors.rho_sampled and "rho" not in arrays:
         # "auto" or "reml" without the fit's estimate: estimated here, as the model would
-        rho = priors.rho if isinstance(priors.rho, float) else None
-        if rho is None:
-            from ..data.noise import estimate_rho
+        from ..data.noise import fixed_rho
 
-            rho = estimate_rho(arrays["compute"], arrays["reward"], arrays["mask"], arrays["R0"], priors.rho)
+        rho = fixed_rho(priors.rho, arrays["compute"], arrays["reward"], arrays["mask"], arrays["R0"])
         arrays["rho"] = np.broadcast_to(np.asarray(rho, dtype=np.float64), arrays["R0"].shape)
     chunk = min(chunk, 1 << max(n_runs - 1, 0).bit_length())  # few shapes: powers of two
     log_B = math.log(priors.B_median) + priors.B_log_sd * np.linspace(-_SPAN, _SPAN, n_b)

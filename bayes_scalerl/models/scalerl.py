@@ -83,7 +83,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr, ndtri
 
-from ..data.noise import estimate_rho
+from ..data.noise import fixed_rho
 from .curve import gain_fraction
 from .priors import Priors
 from .shape_noise import apply_whitening, state_space_whitening
@@ -267,21 +267,13 @@ def make_run_data(
         bvar = jnp.zeros_like(y)
     R0 = jnp.asarray(R0, dtype=jnp.float64)
     if priors.likelihood == "ar1" and not priors.rho_sampled:
-        if rho is None and isinstance(priors.rho, float):
-            rho = priors.rho
-        elif rho is None:  # "auto" or "reml": the estimate from these runs' points
-            if isinstance(y, jax.core.Tracer):
+        if rho is None:  # a number, or "auto"/"reml": the estimate from these runs' points
+            if isinstance(priors.rho, str) and isinstance(y, jax.core.Tracer):
                 raise ValueError(
                     f"the AR(1) likelihood with rho={priors.rho!r} needs each run's rho (FitWindow.rho) "
                     "inside a traced function"
                 )
-            rho = estimate_rho(
-                np.atleast_2d(np.asarray(compute)),
-                np.atleast_2d(np.asarray(y)),
-                np.atleast_2d(np.asarray(mask)),
-                np.atleast_1d(np.asarray(R0)),
-                priors.rho,
-            )
+            rho = fixed_rho(priors.rho, compute, y, mask, R0)
         rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), R0.shape)
     else:
         rho = jnp.zeros_like(R0)
