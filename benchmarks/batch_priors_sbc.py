@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import shlex
 import sys
 import time
@@ -29,6 +28,9 @@ import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["MODELS", "main", "simulate"]
 
@@ -107,15 +109,14 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
                 )
                 print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
-    import jax
-
     lines = [
         "# Priors learnt from the batch on their own model",
         "",
         f"Command: `python benchmarks/batch_priors_sbc.py {shlex.join(argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {jax.devices()[0].platform}; "
-        f"jax {jax.__version__}, bayes_scalerl {bs.__version__}. Wall time {time.perf_counter() - t0:.0f} s.",
+        machine_line(),
+        versions_line(),
+        f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"{a.runs} exact sigmoids a fit: `log B ~ Normal(log 1.5, {a.sd_b:g})`, `log(C_mid / budget) ~ "
         f"Normal(log 0.5, {a.sd_c:g})` (so `C_mid` is h/2 times the window's end at the median), budgets "

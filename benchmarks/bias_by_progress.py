@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +27,9 @@ import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses import misspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 #: Families whose truth has a sigmoid rise with ``B`` and ``C_mid``.
 FAMILIES = ("sigmoid", "creep", "wiggle", "drift")
@@ -101,9 +104,6 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     bs.use_all_cpu_cores()
-    import jax
-    import numpyro
-
     families = args.families.split(",")
     for f in families:
         if f not in FAMILIES:
@@ -117,9 +117,9 @@ def main(argv=None) -> None:
         f"Command: `python benchmarks/bias_by_progress.py --families {args.families} --noise {args.noise} "
         f"--runs {args.runs} --horizon {args.horizon:g} --seed {args.seed}`",
         "",
-        f"Machine: {platform.machine()}, {jax.device_count()} JAX device(s) ({jax.default_backend()}). "
-        f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}. Wall time {wall:.0f} s.",
+        machine_line(),
+        versions_line(),
+        f"Wall time {wall:.0f} s.",
         "",
         "`f_cut`: share of the sigmoid's rise reached at the cutoff (largest compute / horizon). `bias`: "
         "mean over a run's held-out points of the predictive median minus the true mean curve, averaged "

@@ -23,13 +23,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 GRID = np.arange(0.0, 16000.0 + 1, 400.0)
 FIT_UNTIL = 8000.0
@@ -124,16 +128,13 @@ def main() -> None:
                 r["rho_median"] = float(res.settings["priors"]["rho"])
             rows.append(r)
             print(r, flush=True)
-    import jax
-    import numpyro
-
     table = pd.DataFrame(rows)
     se = np.sqrt(0.9 * 0.1 / table.n_points)
     lines = [
         "# Noise models: predictive coverage on simulated curves (known truth)",
         "",
-        f"Machine: {platform.machine()}, {jax.device_count()} JAX device(s) ({jax.default_backend()}); "
-        f"jax {jax.__version__}, numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}.",
+        machine_line(),
+        versions_line(),
         f"Command: `python benchmarks/calibration_noise.py --runs {a.runs} --warmup {a.warmup} "
         f"--samples {a.samples}`",
         "",

@@ -20,9 +20,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
+import sys
 import time
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +31,9 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.comparisons import compare
 from bayes_scalerl.analyses.simulate import random_recipes
 from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 #: Row label -> ``bs.fit`` arguments.
 MODELS = {
@@ -125,15 +129,11 @@ def main() -> None:
                 f"divergences {r['div']}",
                 flush=True,
             )
-    import jax
-    import numpyro
-
     lines = [
         "# Recipe comparisons on simulated studies (known truth)",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {jax.device_count()} JAX device(s) "
-        f"({jax.default_backend()}); jax {jax.__version__}, numpyro {numpyro.__version__}, "
-        f"bayes_scalerl {bs.__version__}.",
+        machine_line(),
+        versions_line(),
         f"Command: `python benchmarks/compare_recipes.py --studies {a.studies} --recipes {a.recipes} "
         f"--seeds {a.seeds} --warmup {a.warmup} --samples {a.samples} --models {a.models} "
         f"--step {a.step:g} --budget {a.budget:g}`",

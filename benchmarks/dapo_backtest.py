@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import shlex
 import sys
 import time
@@ -38,6 +36,9 @@ import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["digitised", "main", "run"]
 
@@ -290,18 +291,13 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     scores = run(
         a.data, fractions, a.gpus, a.seed, priors, disc, a.metric or (METRIC,), a.model, a.digitise, a.smooth
     )
-    import jax
-    import numpyro
-
     header = [
         "# DAPO backtests: the default beside version 0.1's exact sigmoid",
         "",
         f"Command: `python benchmarks/dapo_backtest.py {shlex.join(argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{len(jax.devices())} JAX device(s) ({jax.devices()[0].platform}).",
-        f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"Metric(s) {', '.join(f'`{m}`' for m in (a.metric or (METRIC,)))} of every verl log "

@@ -13,15 +13,17 @@ not).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 
 import bayes_scalerl as bs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 METRIC = "val-core/*/acc/mean@1"
 #: The fits: "default" the fixed priors (the default until 2026-12-07; this table's name),
@@ -65,8 +67,6 @@ def main(argv=None) -> pd.DataFrame:
     keep = ["a_width90", "a_width90_data", "a_contraction", "a_q05", "a_q95", "late_mean", "a_identified"]
     detail = both.loc[called, [(n, k) for n in VERDICTS for k in keep]]
     detail.columns = [f"{n} {k}" for n, k in detail.columns]
-    import jax
-
     lines = [
         "# `identify` on the DAPO curves, default and `--priors batch`",
         "",
@@ -74,8 +74,8 @@ def main(argv=None) -> pd.DataFrame:
         + " ".join(shlex.quote(a) for a in ["benchmarks/dapo_identify.py", *sys.argv[1:]])
         + "`",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {jax.devices()[0].platform}; "
-        f"python {platform.python_version()}, jax {jax.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"Every `{METRIC}` curve fitted on its first {args.fraction:g} of compute (GPU-hours = wall "

@@ -33,8 +33,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -43,11 +41,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from discrepancy_transfer import _coverage, error_scales, moments
 
 import bayes_scalerl as bs
 from bayes_scalerl.data.runs import MIN_POINTS
 from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from discrepancy_transfer import _coverage, error_scales, moments  # noqa: E402
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["SETS", "fit_set", "scales", "main"]
 
@@ -131,17 +132,14 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
                     row[f"from {other}"] = _coverage(main, np.broadcast_to(pooled[other], (len(names), k, k)))
             rows.append(row)
     df = pd.DataFrame(rows)
-    import jax
-
     cols = list(df.columns)
     lines = [
         "# The discrepancy's scales on real curves: learnt from the data, or known in hindsight?",
         "",
         f"Command: `python benchmarks/discrepancy_hindsight.py {shlex.join(argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{len(jax.devices())} JAX device(s) ({jax.devices()[0].platform}). Versions: python "
-        f"{platform.python_version()}, jax {jax.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         "Sets: " + ", ".join(f"{n} = `{pat}`" for n, pat in sets.items()) + ". 90% coverage of the held-out "

@@ -51,12 +51,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import shlex
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -66,6 +65,9 @@ from scipy.stats import norm
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy, discrepancy_shape, scale_posteriors
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["RULES", "moments", "error_scales", "transfer_scenario", "main"]
 
@@ -280,7 +282,6 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     cmd = "python benchmarks/discrepancy_transfer.py " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:])
     )
-    import jax
 
     def cell(v) -> str:
         return f"{v:.3f}" if isinstance(v, float) else str(v)
@@ -293,9 +294,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             "",
             f"Command: `{cmd}`",
             "",
-            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores. "
-            f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
-            f"bayes_scalerl {bs.__version__}. Wall time: {wall:.0f} s.",
+            machine_line(),
+            versions_line(),
+            f"Wall time: {wall:.0f} s.",
             "",
             "Columns: see the module docstring of `benchmarks/discrepancy_transfer.py`.",
             "",

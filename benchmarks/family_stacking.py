@@ -33,14 +33,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 
@@ -50,6 +48,9 @@ from bayes_scalerl.analyses.scoring import crps_from_draws
 from bayes_scalerl.data.files import atomic_file
 from bayes_scalerl.data.runs import MIN_POINTS
 from bayes_scalerl.posterior.families import fit_family
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["COMPONENTS", "STACKS", "stack_weights", "stack_batch", "main"]
 
@@ -283,9 +284,9 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
         f"Command: `python benchmarks/family_stacking.py {shlex.join(cmd)}`",
         "",
-        f"Machine: {platform.machine()}, {jax.device_count()} JAX device(s) ({jax.default_backend()}). "
-        f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
-        f"bayes_scalerl {bs.__version__}. Wall time: {took:.0f} s.",
+        machine_line(),
+        versions_line(),
+        f"Wall time: {took:.0f} s.",
         "",
         *_table(out),
         "",

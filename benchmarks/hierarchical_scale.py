@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.simulate import random_recipes
 from bayes_scalerl.posterior.diagnostics import _chain_draw_first, convergence, sampler_draws
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 
 def _runs(n_runs: int, seed: int) -> bs.Runs:
@@ -85,8 +87,8 @@ def main() -> None:
     lines = [
         "# The hierarchical fit at scale",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {jax.device_count()} JAX device(s) "
-        f"({jax.default_backend()}); jax {jax.__version__}, bayes_scalerl {bs.__version__}.",
+        machine_line(),
+        versions_line(),
         f"Command: `python benchmarks/hierarchical_scale.py --sizes {a.sizes}"
         + (f" --seed {a.seed}`" if a.seed else "`"),
         "",

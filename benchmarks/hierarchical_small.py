@@ -15,17 +15,19 @@ the recipe level (``*_recipe``) and the run level (``A, B, C_mid, sigma``).
 from __future__ import annotations
 
 import argparse
-import platform
+import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.simulate import random_recipes
 from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
 from bayes_scalerl.posterior.hierarchy import sweeps_per_draw
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 
 def one_study(seed: int, n_recipes: int, n_seeds: int) -> dict:
@@ -64,8 +66,8 @@ def main() -> None:
     lines = [
         "# Hierarchical fit: convergence on small studies",
         "",
-        f"Machine: {platform.machine()}, {jax.device_count()} JAX device(s) ({jax.default_backend()}); "
-        f"jax {jax.__version__}, bayes_scalerl {bs.__version__}.",
+        machine_line(),
+        versions_line(),
         f"Command: `python benchmarks/hierarchical_small.py --recipes {args.recipes} --seeds {args.seeds} "
         f"--studies {args.studies}`",
         "",

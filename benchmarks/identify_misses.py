@@ -20,8 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -35,6 +33,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, draw_params, simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 from misspecification import parse_method  # noqa: E402
 
 __all__ = ["DEPARTURE", "scenario_runs", "verdicts", "main"]
@@ -150,8 +149,6 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         )
         .reset_index()
     )
-    import jax
-
     cols = ["family", "noise", "horizon", "run", "a_q05", "a_q95", "true_ceiling", "ceiling_in_90"]
     cols += ["a_median_half", "moved", "departure_at", "max_fit_compute"]
     lines = [
@@ -161,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + " ".join(shlex.quote(a) for a in ["benchmarks/identify_misses.py", *sys.argv[1:]])
         + "`",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {jax.devices()[0].platform}; "
-        f"python {platform.python_version()}, jax {jax.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         "Default fits, one per scenario, on the first `1 / h` of each run's compute (the single runs "

@@ -44,8 +44,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -60,6 +58,7 @@ from scipy.special import expit
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 from misspecification import _table, clustered_se  # noqa: E402
 
 __all__ = [
@@ -353,8 +352,6 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     called["share"] = called["called_higher"] / called["pairs"]
     called["called_higher"] = called["called_higher"].astype(int)
     took = time.perf_counter() - t0
-    import jax
-
     lines = [
         "# A held-out simulator: pass rates averaged over problems (item response)",
         "",
@@ -362,8 +359,8 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + " ".join(shlex.quote(a) for a in ["benchmarks/item_response.py", *sys.argv[1:]])
         + "`",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, {jax.devices()[0].platform}; "
-        f"python {platform.python_version()}, jax {jax.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {took:.0f} s.",
         "",
         "The simulator and the columns are described in the docstring of "

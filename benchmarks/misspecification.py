@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import shlex
 import sys
 import time
@@ -60,6 +58,9 @@ from bayes_scalerl.analyses.misspec import (
     NOISES,
     simulate_benchmark,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = [
     "METHODS",
@@ -707,26 +708,6 @@ def to_markdown(res: MisspecResult, header: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _machine_lines() -> list[str]:
-    import jax
-    import numpyro
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    dev = jax.devices()[0]
-    return [
-        f"Machine: {cpu}, {os.cpu_count()} CPU cores, {len(jax.devices())} JAX device(s) ({dev.platform}).",
-        f"Versions: python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}.",
-    ]
-
-
 def main(argv: Sequence[str] | None = None) -> MisspecResult:
     """Command line: run the benchmark, print the tables and write them to ``--out``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -789,7 +770,8 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
         "",
         "Command: `" + shlex.join(["python", "benchmarks/misspecification.py", *argv]) + "`",
         "",
-        *_machine_lines(),
+        machine_line(),
+        versions_line(),
         f"Wall time: {wall:.0f} s (simulation, fits, scoring).",
     ]
     text = to_markdown(res, header)

@@ -30,8 +30,6 @@ Run: ``python benchmarks/noise_correlation_estimates.py --seeds 2,3 --n-evals 48
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -46,6 +44,9 @@ from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 from bayes_scalerl.data.noise import estimate_rho, noise_correlation_arrays
 from bayes_scalerl.models.least_squares import refined_residuals
 from bayes_scalerl.models.residual_correlation import RHO_GRID
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 #: Fewest fitted points a run needs to enter the residual estimates.
 MIN_POINTS = 6
@@ -118,16 +119,15 @@ def run_benchmark(
 
 
 def to_markdown(df: pd.DataFrame, command: str, wall: float) -> str:
-    import jax
-
     seeds = "/".join(str(s) for s in sorted(df["seed"].unique()))
     lines = [
         "# The batch's AR(1) correlation: the variogram (default) against residual likelihoods",
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, jax {jax.__version__}, "
-        f"python {platform.python_version()}, bayes_scalerl {bs.__version__}. Wall time {wall:.0f} s.",
+        machine_line(),
+        versions_line(),
+        f"Wall time {wall:.0f} s.",
         "",
         "Each cell: the estimate at each simulation seed "
         f"({seeds}), one batch of a scenario's runs fitted up to 1/h of their budget. Truth: 0.5-0.8 a run "

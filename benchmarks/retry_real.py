@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 from misspecification import _table  # noqa: E402
 
 __all__ = ["main", "mean4_folder", "run_set"]
@@ -111,16 +111,13 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             tables.append(pd.DataFrame(rows).assign(set=name))
     df = pd.concat(tables, ignore_index=True)
     cols = ["set"] + [c for c in df.columns if c != "set"]
-    import jax
-
     lines = [
         "# Convergence on the real short windows, by retries",
         "",
         f"Command: `python benchmarks/retry_real.py {shlex.join(argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{len(jax.devices())} JAX device(s) ({jax.devices()[0].platform}). Versions: python "
-        f"{platform.python_version()}, jax {jax.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         "Each set's curves fitted on compute <= fraction x their largest compute (the default "

@@ -26,15 +26,18 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_seed_pairs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import machine_line, versions_line  # noqa: E402
 
 
 def one_scenario(rng, family: str, noise: str, pairs: int, n_evals: int, horizon: float, seed: int):
@@ -125,16 +128,14 @@ def main() -> None:
             rows += one_scenario(rng, family, noise, a.pairs, a.n_evals, a.horizon, a.seed)
             print(f"{family}/{noise}: {time.perf_counter() - t0:.0f} s", flush=True)
     table = summary(pd.DataFrame(rows))
-    import jax
-
     lines = [
         "# Seed pairs: verdicts on two seeds of one truth",
         "",
         f"Command: `python benchmarks/seed_pairs.py --pairs {a.pairs} --n-evals {a.n_evals} "
         f"--horizon {a.horizon:g} --seed {a.seed}`",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{jax.default_backend()}; python {platform.python_version()}, jax {jax.__version__}, "
-        f"bayes_scalerl {bs.__version__}. Wall time {time.perf_counter() - t0:.0f} s.",
+        machine_line(),
+        versions_line(),
+        f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         "| family | " + " | ".join(table.columns) + " |",
         "|---" * (len(table.columns) + 1) + "|",

@@ -23,8 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -38,6 +36,7 @@ from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dapo_backtest import _split, digitised  # noqa: E402
+from environment import machine_line, versions_line  # noqa: E402
 
 __all__ = ["MODELS", "main", "split_scores"]
 
@@ -92,17 +91,13 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         frames.append(split_scores(bt, own).assign(model=name))
         print(frames[-1].to_string(index=False), flush=True)
     table = pd.concat(frames, ignore_index=True)
-    import jax
-    import numpyro
-
     lines = [
         "# Where the default's width goes: runs with their own refit against the shortest",
         "",
         f"Command: `python benchmarks/short_windows.py {shlex.join(argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"{jax.devices()[0].platform}; python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpyro {numpyro.__version__}, bayes_scalerl {bs.__version__}. "
+        machine_line(),
+        versions_line(),
         f"Wall time {time.perf_counter() - t0:.0f} s.",
         "",
         f"Metric `{a.metric}`, each curve fitted on compute <= {a.fraction:g} x its largest compute"
