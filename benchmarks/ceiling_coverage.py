@@ -65,7 +65,7 @@ def scenario_rows(
         t = truth.loc[ident["run"]].to_numpy()
         out.append(
             ident[["run", "a_q05", "a_q95", "a_width90", "a_identified", "converged"]].assign(
-                decades=d,
+                decades=f"{d:g}",
                 true_limit=t,
                 below=t < ident["a_q05"].to_numpy(),
                 above=t > ident["a_q95"].to_numpy(),
@@ -93,7 +93,8 @@ def summarise(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
             }
         )
 
-    return rows.groupby(list(by), sort=False).apply(one, include_groups=False).reset_index()
+    out = rows.groupby(list(by), sort=False).apply(one, include_groups=False).reset_index()
+    return out.astype({"runs": int, "identified": int, "wrong": int})
 
 
 def _table(df: pd.DataFrame) -> list[str]:

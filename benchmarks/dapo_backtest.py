@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import shlex
 import sys
 import time
@@ -230,6 +231,12 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         help="the discrepancy's refit ratio(s), comma-separated (default: bs.Discrepancy()'s)",
     )
     p.add_argument(
+        "--decades",
+        type=float,
+        default=None,
+        help="the discrepancy's horizon lam in decades of compute (default: bs.Discrepancy()'s, 1)",
+    )
+    p.add_argument(
         "--per-run",
         choices=("yes", "no"),
         default=None,
@@ -280,8 +287,10 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     )
     t0 = time.perf_counter()
     disc = None
-    if a.ratio or a.per_run or a.pooled_refit:
+    if a.ratio or a.per_run or a.pooled_refit or a.decades:
         kw = {} if a.per_run is None else {"per_run": a.per_run == "yes"}
+        if a.decades:
+            kw["horizon"] = a.decades * math.log(10.0)
         if a.pooled_refit is not None:
             kw["pooled_refit"] = a.pooled_refit == "yes"
         if a.ratio:
@@ -316,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         + f", R0 {'fitted' if a.r0 == 'fitted' else 'the first evaluation'}"
         + ", calibrated discrepancy"
         + (f", refit ratio {a.ratio}" if a.ratio else "")
+        + (f", horizon {a.decades:g} decades" if a.decades else "")
         + ({"yes": ", each run's own scales", "no": ", the batch's scales"}.get(a.per_run or "", ""))
         + ({"yes": ", its refit pooled", "no": ", its refit independent"}.get(a.pooled_refit or "", ""))
         + "); `gaussian`: version 0.1's default (exact sigmoid, independent "
