@@ -1,5 +1,7 @@
 """The command line end to end, with small sample counts."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -546,3 +548,32 @@ def test_retries_option_reaches_the_refits(tmp_path, monkeypatch, command):
     with pytest.raises(Stop):
         main([command, str(path), "--out", str(tmp_path / "o"), *extra, "--retries", "1"])
     assert seen["retry"] == bs.Retry(retries=1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fit", "x.csv", "--out", "o"],
+        ["demo"],
+        ["backtest", "x.csv", "--out", "o", "--fraction", "0.5"],
+        ["identify", "x.csv", "--out", "o", "--fractions", "0.5"],
+    ],
+)
+def test_discrepancy_horizon_option(command, capsys):
+    """``--discrepancy-horizon DECADES`` sets ``Discrepancy(horizon=DECADES log 10)``; the default
+    keeps the default settings, and the option is refused without the discrepancy or out of range."""
+    from bayes_scalerl.cli.commands import _check_args, _discrepancy, build_parser
+
+    parser = build_parser()
+    assert _discrepancy(parser.parse_args(command)) is True
+    assert _discrepancy(parser.parse_args([*command, "--discrepancy", "none"])) is False
+    got = _discrepancy(parser.parse_args([*command, "--discrepancy-horizon", "2"]))
+    assert got == bs.Discrepancy(horizon=2 * math.log(10.0))
+    for bad in ("0", "-1", "inf", "nan", "two"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, "--discrepancy-horizon", bad])
+    args = parser.parse_args([*command, "--discrepancy", "none", "--discrepancy-horizon", "2"])
+    with pytest.raises(SystemExit) as exc:
+        _check_args(parser, args)
+    assert exc.value.code == 2
+    assert "--discrepancy-horizon: needs --discrepancy calibrated" in capsys.readouterr().err

@@ -146,13 +146,7 @@ def _add_fit_options(p: argparse.ArgumentParser, out_default: str | None) -> Non
     _add_r0_option(p)
     _add_priors_option(p)
     _add_shape_noise_option(p)
-    p.add_argument(
-        "--discrepancy",
-        choices=("calibrated", "none"),
-        default="calibrated",
-        help="calibrated (default): a discrepancy beyond the data, learnt by refitting each run on its "
-        "earlier points, widens bands and A; none: the exact sigmoid alone (version 0.1)",
-    )
+    _add_discrepancy_options(p)
     p.add_argument(
         "--model",
         choices=("independent", "hierarchical"),
@@ -327,6 +321,47 @@ def _shape_noise(value: str | None):
     return (float(kappa), float(ell))
 
 
+def _decades(text: str) -> float:
+    v = _positive_float(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
+    return v
+
+
+def _add_discrepancy_options(p: argparse.ArgumentParser) -> None:
+    """``--discrepancy`` and ``--discrepancy-horizon`` (fit, demo, backtest, identify)."""
+    p.add_argument(
+        "--discrepancy",
+        choices=("calibrated", "none"),
+        default="calibrated",
+        help="calibrated (default): a discrepancy beyond the data, learnt by refitting each run on its "
+        "earlier points, widens bands and A; none: the exact sigmoid alone (version 0.1)",
+    )
+    p.add_argument(
+        "--discrepancy-horizon",
+        type=_decades,
+        default=None,
+        metavar="DECADES",
+        help="decades of compute over which a departure from the sigmoid keeps growing beyond the data "
+        "(default 1). The data cannot tell it; it matters little for bands at 2-4x the data but sets how "
+        "wide A is (docs: 'A is a limit')",
+    )
+
+
+def _discrepancy(args: argparse.Namespace):
+    """The ``discrepancy`` argument of :func:`~bayes_scalerl.fit` from ``--discrepancy`` and
+    ``--discrepancy-horizon``: ``False``, ``True`` (the default settings) or a
+    :class:`~bayes_scalerl.Discrepancy`."""
+    decades = getattr(args, "discrepancy_horizon", None)
+    if args.discrepancy != "calibrated":
+        return False  # with --discrepancy-horizon refused by the parser's checks
+    if decades is None:
+        return True
+    from ..models.discrepancy import Discrepancy
+
+    return Discrepancy(horizon=decades * math.log(10.0))
+
+
 def _add_refit_options(p: argparse.ArgumentParser) -> None:
     """Model and sampler options of the commands that refit (backtest, identify)."""
     p.add_argument("--min-compute", type=_nonneg_float, default=None, help="leave earlier points out")
@@ -336,13 +371,7 @@ def _add_refit_options(p: argparse.ArgumentParser) -> None:
     _add_r0_option(p)
     _add_priors_option(p)
     _add_shape_noise_option(p)
-    p.add_argument(
-        "--discrepancy",
-        choices=("calibrated", "none"),
-        default="calibrated",
-        help="calibrated (default): a discrepancy beyond the data, learnt by refitting each run on its "
-        "earlier points, widens bands and A; none: the exact sigmoid alone (version 0.1)",
-    )
+    _add_discrepancy_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -503,7 +532,7 @@ def _run_backtest(args) -> int:
             samples=args.samples,
             retry=_retry(args),
             priors=_priors(args),
-            discrepancy=args.discrepancy == "calibrated",
+            discrepancy=_discrepancy(args),
             progress=True,
         ),
     )
@@ -561,7 +590,7 @@ def _run_identify(args) -> int:
     kw = dict(
         min_compute=args.min_compute,
         priors=_priors(args),
-        discrepancy=args.discrepancy == "calibrated",
+        discrepancy=_discrepancy(args),
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
@@ -705,7 +734,7 @@ def _run_fit(runs, args, *, defaults: dict | None = None) -> int:
         runs,
         model=args.model,
         priors=_priors(args),
-        discrepancy=args.discrepancy == "calibrated",
+        discrepancy=_discrepancy(args),
         retry=_retry(args),
         chains=args.chains,
         warmup=args.warmup,
@@ -802,6 +831,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                 break
     if getattr(args, "no_retry", False) and getattr(args, "retries", None) not in (None, 0):
         parser.error(f"argument --no-retry: not allowed with --retries {args.retries}")
+    if getattr(args, "discrepancy_horizon", None) is not None and args.discrepancy != "calibrated":
+        parser.error("argument --discrepancy-horizon: needs --discrepancy calibrated")
     rho = getattr(args, "rho", None)
     if rho is not None:
         if args.likelihood != "ar1":
