@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -42,7 +41,7 @@ from bayes_scalerl.analyses.misspec import FAMILIES, NOISES
 from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import header_lines  # noqa: E402
 from identify_misses import scenario_runs  # noqa: E402
 
 __all__ = ["scenario_rows", "summarise", "main"]
@@ -130,16 +129,11 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     pooled = pd.concat([rows, misspecified], ignore_index=True)
     by_family = summarise(pooled, ["horizon", "decades", "family"])
     lines = [
-        "# Does A's 90% interval cover the curve's limit? (the misspecification simulator)",
-        "",
-        "Command: `python "
-        + " ".join(shlex.quote(a) for a in ["benchmarks/ceiling_coverage.py", *sys.argv[1:]])
-        + "`",
-        "",
-        machine_line(),
-        versions_line(),
-        f"Wall time {time.perf_counter() - t0:.0f} s.",
-        "",
+        *header_lines(
+            "Does A's 90% interval cover the curve's limit? (the misspecification simulator)",
+            "benchmarks/ceiling_coverage.py",
+            time.perf_counter() - t0,
+        ),
         f"{args.runs_per_scenario} runs per scenario (family x noise), 48 evaluations each, one default "
         "fit per scenario on the first `1 / h` of each run's compute, once per discrepancy horizon "
         "(`decades`: `Discrepancy(horizon=decades * log 10)`; 1 is the default). `limit_in_90`: the "

@@ -13,7 +13,6 @@ not).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import pandas as pd
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import header_lines  # noqa: E402
 
 METRIC = "val-core/*/acc/mean@1"
 #: The fits: "default" the fixed priors (the default until 2026-12-07; this table's name),
@@ -68,16 +67,11 @@ def main(argv=None) -> pd.DataFrame:
     detail = both.loc[called, [(n, k) for n in VERDICTS for k in keep]]
     detail.columns = [f"{n} {k}" for n, k in detail.columns]
     lines = [
-        "# `identify` on the DAPO curves, default and `--priors batch`",
-        "",
-        "Command: `python "
-        + " ".join(shlex.quote(a) for a in ["benchmarks/dapo_identify.py", *sys.argv[1:]])
-        + "`",
-        "",
-        machine_line(),
-        versions_line(),
-        f"Wall time {time.perf_counter() - t0:.0f} s.",
-        "",
+        *header_lines(
+            "`identify` on the DAPO curves, default and `--priors batch`",
+            "benchmarks/dapo_identify.py",
+            time.perf_counter() - t0,
+        ),
         f"Every `{METRIC}` curve fitted on its first {args.fraction:g} of compute (GPU-hours = wall "
         f"hours x {args.gpus:g}). `late outside`: called identified, and the mean of the last quarter "
         "of the held-out evaluations lies outside the 90% interval of `A`.",

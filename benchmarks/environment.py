@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
+import sys
 from pathlib import Path
 
-__all__ = ["machine_line", "versions_line", "environment_lines"]
+__all__ = ["machine_line", "versions_line", "environment_lines", "header_lines"]
 
 
 def _cpu_model() -> str:
@@ -92,3 +94,32 @@ def environment_lines() -> list[str]:
         ``[machine_line(), versions_line()]``.
     """
     return [machine_line(), versions_line()]
+
+
+def header_lines(title: str, script: str, seconds: float) -> list[str]:
+    """A results file's header: title, the command as run, machine, versions and wall time.
+
+    Parameters
+    ----------
+    title : str
+        The Markdown title (without ``#``).
+    script : str
+        The script's path as the command shows it, for example ``"benchmarks/x.py"``.
+    seconds : float
+        The wall time.
+
+    Returns
+    -------
+    list of str
+        Lines ending with a blank one.
+    """
+    command = " ".join(shlex.quote(a) for a in [script, *sys.argv[1:]])
+    return [
+        f"# {title}",
+        "",
+        f"Command: `python {command}`",
+        "",
+        *environment_lines(),
+        f"Wall time {seconds:.0f} s.",
+        "",
+    ]

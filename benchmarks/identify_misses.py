@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, draw_params, simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import header_lines  # noqa: E402
 from misspecification import parse_method  # noqa: E402
 
 __all__ = ["DEPARTURE", "scenario_runs", "verdicts", "main"]
@@ -152,16 +151,11 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     cols = ["family", "noise", "horizon", "run", "a_q05", "a_q95", "true_ceiling", "ceiling_in_90"]
     cols += ["a_median_half", "moved", "departure_at", "max_fit_compute"]
     lines = [
-        "# Which runs does `identify` call wrongly? (the misspecification simulator)",
-        "",
-        "Command: `python "
-        + " ".join(shlex.quote(a) for a in ["benchmarks/identify_misses.py", *sys.argv[1:]])
-        + "`",
-        "",
-        machine_line(),
-        versions_line(),
-        f"Wall time {time.perf_counter() - t0:.0f} s.",
-        "",
+        *header_lines(
+            "Which runs does `identify` call wrongly? (the misspecification simulator)",
+            "benchmarks/identify_misses.py",
+            time.perf_counter() - t0,
+        ),
         "Default fits, one per scenario, on the first `1 / h` of each run's compute (the single runs "
         "of `misspecification.py` with the same seed). `wrong`: called identified with the true "
         "ceiling outside the 90% interval of `A`. `departure beyond the window`: the family's "
