@@ -40,6 +40,7 @@ import numpy as np
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import write_results  # noqa: E402
 from weak_identification import simulate_frame  # noqa: E402
 
 PHASES = (
@@ -189,9 +190,7 @@ def main(argv=None) -> None:
         cells += [f"{r['peak_gib']:.2f}", f"{r['out_mb']:.0f}", f"{scipy_s:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_results(text, args.out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ ceiling).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses import misspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 #: Families whose truth has a sigmoid rise with ``B`` and ``C_mid``.
 FAMILIES = ("sigmoid", "creep", "wiggle", "drift")
@@ -143,12 +142,7 @@ def main(argv=None) -> None:
             cells += [f"{r[c]:.3f}" if pd.notna(r[c]) else "-" for c in split]
             lines.append(f"| {name} | {int(r['runs'])} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, out)
+    write_results(text, args.out)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import pandas as pd
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 GRID = np.arange(0.0, 16000.0 + 1, 400.0)
 FIT_UNTIL = 8000.0
@@ -155,11 +155,7 @@ def main() -> None:
             + (f"{r['rho_median']:.2f} |" if "rho_median" in r else "- |")
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        from pathlib import Path
-
-        Path(a.out).write_text(text)
+    write_results(text, a.out)
 
 
 if __name__ == "__main__":

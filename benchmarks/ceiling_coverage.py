@@ -38,10 +38,9 @@ import pandas as pd
 
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES
-from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import header_lines  # noqa: E402
+from environment import header_lines, write_results  # noqa: E402
 from identify_misses import scenario_runs  # noqa: E402
 
 __all__ = ["scenario_rows", "summarise", "main"]
@@ -153,10 +152,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        with atomic_file(args.out) as tmp:
-            Path(tmp).write_text(text)
+    write_results(text, args.out)
     return rows
 
 

@@ -33,7 +33,7 @@ from bayes_scalerl.analyses.simulate import random_recipes
 from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 #: Row label -> ``bs.fit`` arguments.
 MODELS = {
@@ -178,11 +178,7 @@ def main() -> None:
             f"{time.perf_counter() - t0:.0f} s.",
         ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        from pathlib import Path
-
-        Path(a.out).write_text(text)
+    write_results(text, a.out)
 
 
 if __name__ == "__main__":

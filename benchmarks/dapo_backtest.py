@@ -36,10 +36,9 @@ import numpy as np
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = ["digitised", "main", "run"]
 
@@ -375,10 +374,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     text = "\n".join(
         [*header, *_table(scores), "", conv_line, "", *task_lines, *ident_lines, *chain_lines, ""]
     )
-    print(text)
-    if a.out is not None:
-        with atomic_file(a.out) as tmp:  # a failed write leaves the old table
-            tmp.write_text(text)
+    write_results(text, a.out)
     return scores
 
 

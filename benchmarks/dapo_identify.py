@@ -22,7 +22,7 @@ import pandas as pd
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import header_lines  # noqa: E402
+from environment import header_lines, write_results  # noqa: E402
 
 METRIC = "val-core/*/acc/mean@1"
 #: The fits: "default" the fixed priors (the default until 2026-12-07; this table's name),
@@ -86,10 +86,7 @@ def main(argv=None) -> pd.DataFrame:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
+    write_results(text, args.out)
     return both
 
 

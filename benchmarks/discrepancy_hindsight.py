@@ -48,7 +48,7 @@ from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from discrepancy_transfer import _coverage, error_scales, moments  # noqa: E402
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = ["SETS", "fit_set", "scales", "main"]
 
@@ -152,12 +152,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(_cell(r[c]) for c in cols) + " |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out is not None:
-        from bayes_scalerl.data.files import atomic_file
-
-        with atomic_file(a.out) as tmp:
-            tmp.write_text(text)
+    write_results(text, a.out)
     return df
 
 

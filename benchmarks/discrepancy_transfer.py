@@ -67,7 +67,7 @@ from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 from bayes_scalerl.models.discrepancy import SCALE_GRID, Discrepancy, discrepancy_shape, scale_posteriors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = ["RULES", "moments", "error_scales", "transfer_scenario", "main"]
 
@@ -304,12 +304,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             "",
         ]
     )
-    print(text)
-    if args.out:
-        from bayes_scalerl.data.files import atomic_file
-
-        with atomic_file(args.out) as tmp:
-            tmp.write_text(text)
+    write_results(text, args.out)
     return table
 
 

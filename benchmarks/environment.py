@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-__all__ = ["machine_line", "versions_line", "environment_lines", "header_lines"]
+__all__ = ["machine_line", "versions_line", "environment_lines", "header_lines", "write_results"]
 
 
 def _cpu_model() -> str:
@@ -123,3 +123,24 @@ def header_lines(title: str, script: str, seconds: float) -> list[str]:
         f"Wall time {seconds:.0f} s.",
         "",
     ]
+
+
+def write_results(text: str, out: str | os.PathLike | None) -> None:
+    """Print a results file's text and, when ``out`` is given, write it there atomically.
+
+    The file is written through :func:`bayes_scalerl.data.files.atomic_file` (a temporary file
+    beside it, renamed into place), so a failed write leaves the old file as it was.
+
+    Parameters
+    ----------
+    text : str
+        The whole file, written as it is (in UTF-8): nothing is added.
+    out : str, os.PathLike or None
+        The file to write; ``None`` only prints.
+    """
+    from bayes_scalerl.data.files import atomic_file
+
+    print(text)
+    if out is not None:
+        with atomic_file(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")

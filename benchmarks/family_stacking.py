@@ -45,12 +45,11 @@ import pandas as pd
 import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_benchmark
 from bayes_scalerl.analyses.scoring import crps_from_draws
-from bayes_scalerl.data.files import atomic_file
 from bayes_scalerl.data.runs import MIN_POINTS
 from bayes_scalerl.posterior.families import fit_family
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = ["COMPONENTS", "STACKS", "stack_weights", "stack_batch", "main"]
 
@@ -296,10 +295,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
     ]
     text = "\n".join(lines)
-    if args.out:
-        with atomic_file(args.out) as tmp:
-            tmp.write_text(text)
-    print(text)
+    write_results(text, args.out)
     return out
 
 

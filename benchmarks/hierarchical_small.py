@@ -27,7 +27,7 @@ from bayes_scalerl.posterior.diagnostics import sampler_diagnostics
 from bayes_scalerl.posterior.hierarchy import sweeps_per_draw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 
 def one_study(seed: int, n_recipes: int, n_seeds: int) -> dict:
@@ -86,9 +86,7 @@ def main() -> None:
             f"| {r['run_rhat']:.4f} | {r['run_ess']:.0f} | {r['divergences']} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text, encoding="utf-8")
+    write_results(text, args.out)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, HELD_OUT_FAMILIES, NOISES, draw_params, simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import header_lines  # noqa: E402
+from environment import header_lines, write_results  # noqa: E402
 from misspecification import parse_method  # noqa: E402
 
 __all__ = ["DEPARTURE", "scenario_runs", "verdicts", "main"]
@@ -170,9 +170,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    write_results(text, args.out)
     return runs
 
 

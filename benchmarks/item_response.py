@@ -58,7 +58,7 @@ from scipy.special import expit
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 from misspecification import _table, clustered_se  # noqa: E402
 
 __all__ = [
@@ -391,9 +391,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    write_results(text, args.out)
     return table
 
 

@@ -60,7 +60,7 @@ from bayes_scalerl.analyses.misspec import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = [
     "METHODS",
@@ -775,9 +775,7 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
         f"Wall time: {wall:.0f} s (simulation, fits, scoring).",
     ]
     text = to_markdown(res, header)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
+    write_results(text, a.out)
     return res
 
 

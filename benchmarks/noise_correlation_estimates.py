@@ -46,7 +46,7 @@ from bayes_scalerl.models.least_squares import refined_residuals
 from bayes_scalerl.models.residual_correlation import RHO_GRID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 #: Fewest fitted points a run needs to enter the residual estimates.
 MIN_POINTS = 6
@@ -178,11 +178,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         sys.argv[1:] if argv is None else list(argv)
     )
     text = to_markdown(df, command, time.perf_counter() - t0)
-    print(text)
-    if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.out)
+    write_results(text, args.out)
     return df
 
 

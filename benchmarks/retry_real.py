@@ -33,10 +33,9 @@ from pathlib import Path
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 from misspecification import _table  # noqa: E402
 
 __all__ = ["main", "mean4_folder", "run_set"]
@@ -128,10 +127,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         *_table(df[cols]),
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out is not None:
-        with atomic_file(a.out) as tmp:
-            tmp.write_text(text)
+    write_results(text, a.out)
     return df
 
 

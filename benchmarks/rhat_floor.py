@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,9 @@ import numpyro
 import numpyro.distributions as dist
 import xarray as xr
 from numpyro.infer import MCMC, NUTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment import write_results  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -81,12 +85,7 @@ def main() -> None:
         q = np.quantile(np.stack([e[v].values for v in e.data_vars]), [0.01, 0.05, 0.5])
         lines.append(f"| {method} | {q[0]:.0f} | {q[1]:.0f} | {q[2]:.0f} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(a.out).with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(a.out)
+    write_results(text, a.out)
 
 
 if __name__ == "__main__":

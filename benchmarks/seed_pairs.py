@@ -37,7 +37,7 @@ import bayes_scalerl as bs
 from bayes_scalerl.analyses.misspec import FAMILIES, NOISES, simulate_seed_pairs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 
 def one_scenario(rng, family: str, noise: str, pairs: int, n_evals: int, horizon: float, seed: int):
@@ -144,10 +144,7 @@ def main() -> None:
         cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in r]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    write_results(text, a.out)
 
 
 if __name__ == "__main__":

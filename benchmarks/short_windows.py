@@ -32,11 +32,10 @@ from pathlib import Path
 import pandas as pd
 
 import bayes_scalerl as bs
-from bayes_scalerl.data.files import atomic_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dapo_backtest import _split, digitised  # noqa: E402
-from environment import machine_line, versions_line  # noqa: E402
+from environment import machine_line, versions_line, write_results  # noqa: E402
 
 __all__ = ["MODELS", "main", "split_scores"]
 
@@ -115,10 +114,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
             f"{r['coverage90']:.3f} | {r['crps']:.4f} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out is not None:
-        with atomic_file(a.out) as tmp:  # a failed write leaves the old table
-            tmp.write_text(text)
+    write_results(text, a.out)
     return table
 
 
