@@ -348,7 +348,7 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
     np.testing.assert_allclose(
         (post["A_recipe"] - post["delta_recipe"]).values, ref["A_recipe"].values, rtol=0, atol=1e-12
     )
-    assert hier_fit.settings["discrepancy"]["horizon"] == pytest.approx(math.log(10.0))
+    assert hier_fit.settings["discrepancy"]["horizon"] == pytest.approx(2 * math.log(10.0))
     # a recipe's offset is its runs' mean, draw by draw (where no ceiling is clipped to [0, 1])
     rec = hier_fit.dt["constant_data"]["recipe"].values.astype(str)
     names = [str(r) for r in post["recipe"].values]

@@ -343,7 +343,7 @@ def _add_discrepancy_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DECADES",
         help="decades of compute over which a departure from the sigmoid keeps growing beyond the data "
-        "(default 1). The data cannot tell it; it matters little for bands at 2-4x the data but sets how "
+        "(default 2). The data cannot tell it; it matters little for bands at 2-4x the data but sets how "
         "wide A is (docs: 'A is a limit')",
     )
 

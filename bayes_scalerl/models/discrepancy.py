@@ -12,7 +12,7 @@ compute ``c_last``, a discrepancy
 a level offset ``Delta_0`` (the curve's level is less certain than independent noise
 says when neighbouring evaluations share luck) and a deviation ``Delta`` that grows like
 ``Delta h / lam`` just beyond the data and levels off on the scale of ``lam`` in log
-compute (default ``log 10``: a decade). The level offset applies to the whole curve (not
+compute (default ``2 log 10``: two decades; see :class:`Discrepancy`). The level offset applies to the whole curve (not
 to compute 0, which sets ``R0``); the deviation only beyond the data. The ceiling the run
 approaches is ``A = A_sigmoid + Delta_0 + Delta``.
 
@@ -57,7 +57,15 @@ class Discrepancy:
     ----------
     horizon : float
         ``lam``: the log-compute scale on which the discrepancy levels off (default
-        ``log 10``).
+        ``2 log 10``, two decades of compute). The data cannot tell it: a refit inside
+        the window sees the deviation's slope, not how long it lasts. It matters little
+        for the band 2-8x beyond the data, but it sets how far the ceiling ``A`` can lie
+        from the sigmoid's. On the misspecification benchmark two decades (against
+        the previous default's one) put the curves' true limits inside ``A``'s 90% interval for
+        0.92 / 0.97 of runs fitted on half / a quarter of their compute (one decade:
+        0.82 / 0.91; late drifts 0.94 against 0.50), with every band cell within its
+        Monte Carlo error of one decade's at 2x, 4x and 8x
+        (``benchmarks/results/ceiling-coverage.md``, ``misspecification-decades2*.md``).
     ratio : float or tuple of float
         Each run is refitted on its points up to ``c_last / r`` for every ``r`` given
         (default 2: a refit that extrapolates 2x inside the data). With several, for
@@ -83,7 +91,7 @@ class Discrepancy:
         independent fit does. No effect on an independent fit.
     """
 
-    horizon: float = math.log(10.0)
+    horizon: float = 2.0 * math.log(10.0)
     ratio: float | tuple[float, ...] = 2.0
     run_weight: float = 1.0
     prior_scale: float = 0.01
