@@ -12,8 +12,9 @@ compute ``c_last``, a discrepancy
 a level offset ``Delta_0`` (the curve's level is less certain than independent noise
 says when neighbouring evaluations share luck) and a deviation ``Delta`` that grows like
 ``Delta h / lam`` just beyond the data and levels off on the scale of ``lam`` in log
-compute (default ``2 log 10``: two decades; see :class:`Discrepancy`). The level offset applies to the whole curve (not
-to compute 0, which sets ``R0``); the deviation only beyond the data. The ceiling the run
+compute (default ``2 log 10``: two decades; see :class:`Discrepancy`). The level offset
+applies to the whole curve (not to compute 0, which sets ``R0``); the deviation only
+beyond the data. The ceiling the run
 approaches is ``A = A_sigmoid + Delta_0 + Delta``.
 
 The scales are learnt from the data themselves, by leave-future-out (Buerkner, Gabry and
