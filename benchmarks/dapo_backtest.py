@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> pd.DataFrame:
         "--decades",
         type=float,
         default=None,
-        help="the discrepancy's horizon lam in decades of compute (default: bs.Discrepancy()'s, 1)",
+        help="the discrepancy's horizon lam in decades of compute (default: bs.Discrepancy()'s, 2)",
     )
     p.add_argument(
         "--per-run",
