@@ -207,10 +207,12 @@ def _agree_with_the_joint_sampler(runs, seed, ref_seed, rho=None):
     assert worst < 4.5, (worst, where)
 
 
+@pytest.mark.slow
 def test_pooled_sampler_agrees_with_the_joint_sampler_on_a_study(study):
     _agree_with_the_joint_sampler(study[1], seed=5, ref_seed=3)
 
 
+@pytest.mark.slow
 def test_pooled_sampler_agrees_with_the_joint_sampler_with_tasks_ar1_errors_and_single_seeds():
     """Two tasks, AR(1) errors at a fixed correlation and recipes of one seed, in one study.
 
@@ -317,6 +319,7 @@ def test_model_argument_is_checked(study):
         bs.fit(study[1], model="hierarchical", priors=bs.Priors(R0_fitted=True))
 
 
+@pytest.mark.slow
 def test_pooled_fit_resumes_from_its_checkpoint_with_the_same_draws(study, tmp_path, keep_programs):
     from bayes_scalerl import engine
 
@@ -518,6 +521,7 @@ np.savez(sys.argv[2], **{k: res.dt["posterior"][k].values for k in ("A", "C_mid"
 """
 
 
+@pytest.mark.slow
 def test_pooled_chains_split_over_two_devices_draw_the_same_bits(study, tmp_path):
     """The pooled chains run on every local device; each chain's draws depend on its key only."""
 
@@ -556,6 +560,7 @@ def test_pooled_chains_of_a_large_study_warm_up_for_half_the_configured_draws():
     assert sweeps_per_draw(134) == THIN and pooled_warmup(500, 134) == 250
 
 
+@pytest.mark.slow
 def test_pooled_chains_that_fail_the_check_run_on_and_are_thinned_back(study, monkeypatch, keep_programs):
     """A fit whose pooled chains fail the check continues them a pass at a time until the
     check passes, up to ``Retry.max_pool_passes`` (4): after ``p`` passes the result keeps

@@ -164,6 +164,7 @@ def _assert_same(a: dict, b: dict, prefix: str = "") -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # bit for bit
 
 
+@pytest.mark.slow
 def test_one_and_four_devices_give_identical_draws(tmp_path, data):
     """The same seeds on 1 and 4 CPU devices (XLA_FLAGS set before JAX starts) draw the same bits."""
     procs = {}
@@ -221,6 +222,7 @@ def test_local_executor_keeps_at_most_two_chunks_in_flight(data, float64):
     assert seen == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_killed_fit_resumes_without_redoing_finished_chunks(tmp_path, data, reference):
     """SIGKILL a real fit after its first chunk; the same command finishes it, bit for bit."""
     ckpt = tmp_path / "ckpt"
@@ -334,6 +336,7 @@ _STUDENT_T_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_student_t_fit_on_two_cpu_devices_finishes():
     """Two Student-t programs at once, one per CPU device, deadlock XLA's CPU runtime.
 
