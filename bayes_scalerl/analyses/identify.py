@@ -158,7 +158,9 @@ def _priors_of(result: FitResult) -> Priors:
     return Priors.from_dict(result.settings["priors"])
 
 
-def own_data_draws(result: FitResult, priors: Priors | None = None, *, seed: int = 0) -> np.ndarray | None:
+def own_data_draws(
+    result: FitResult, priors: Priors | None = None, *, seed: int = 0, discrepancy: bool = True
+) -> np.ndarray | None:
     """Draws of each run's ceiling from its own data under the fixed priors.
 
     Under ``Priors(from_batch=...)`` each run's prior of ``B``, ``C_mid`` (and, with
@@ -171,6 +173,18 @@ def own_data_draws(result: FitResult, priors: Priors | None = None, *, seed: int
     is twice as fine as the population's (steps of 1/8 and 1/12 of the ``log B`` and
     ``log C_mid`` prior sds): its quantiles of ``A`` were within 0.008 of 12,000 NUTS
     draws' on runs whose 90% widths were 0.025-0.73 (within 0.02 on the population's grid).
+
+    Parameters
+    ----------
+    result : FitResult
+        An independent fit.
+    priors : Priors, optional
+        The priors whose fixed version is used (default: those recorded in the fit).
+    seed : int
+        Seed of the draws from the grid.
+    discrepancy : bool
+        Add the fit's draws of the discrepancy's ceiling offset (default); ``False`` gives
+        the sigmoid's own asymptote.
 
     Returns
     -------
@@ -189,7 +203,7 @@ def own_data_draws(result: FitResult, priors: Priors | None = None, *, seed: int
     A = result.draws("A")
     gains = fixed_prior_gains(grid, fixed, np.random.default_rng(seed), A.shape[1])
     ceiling = grid.R0[:, None] + gains
-    delta = result._delta(None)
+    delta = result._delta(None) if discrepancy else None
     return ceiling if delta is None else np.clip(ceiling + delta, 0.0, 1.0)
 
 
@@ -232,6 +246,13 @@ def identifiability(
             (``Priors(from_batch=...)``), when it is measured on
             :func:`own_data_draws`. The rule reads this width, and the contraction and
             overlap below are measured on the same posterior.
+        ``a_width90_sigmoid``
+            The same width for the sigmoid's own asymptote, without the calibrated
+            discrepancy's offset (equal to ``a_width90_data`` for a fit without it). The
+            difference is the allowance for departures from the sigmoid beyond the data
+            (:class:`~bayes_scalerl.Discrepancy`): a run whose sigmoid width passes the rule
+            but whose ``a_width90_data`` does not has a ceiling its data pin down *if* the
+            curve keeps its shape, and the flag says so.
         ``a_contraction``
             ``1 - posterior var / prior var`` of ``A``: near 1 when the data set ``A``,
             near 0 when the posterior is the prior (slightly negative values happen when
@@ -290,8 +311,16 @@ def identifiability(
     c_fit = np.where(fitted, compute, -np.inf).max(axis=1)
     q05, q50, q95 = np.quantile(A, [0.05, 0.5, 0.95], axis=1)
     width = q95 - q05
-    own = own_data_draws(result, priors)
+    delta = result._delta(None)
+    own_sigmoid = own_data_draws(result, priors, discrepancy=False)
+    if own_sigmoid is None:
+        own = None
+        sigmoid = A if delta is None else A - delta  # the sampler's own draws
+    else:
+        own = own_sigmoid if delta is None else np.clip(own_sigmoid + delta, 0.0, 1.0)
+        sigmoid = own_sigmoid
     width_data = width if own is None else np.subtract(*np.quantile(own, [0.95, 0.05], axis=1))
+    width_sigmoid = np.subtract(*np.quantile(sigmoid, [0.95, 0.05], axis=1))
     A = A if own is None else own  # contraction and overlap: the run's own data, too
     fixed = dataclasses.replace(priors, from_batch=False)
     if fixed.R0_fitted:
@@ -324,7 +353,13 @@ def identifiability(
                 f"(contraction {contraction[i]:.2f} < {min_contraction:g})"
             )
         elif too_wide[i]:
-            flags.append(f"A weakly identified: 90% interval {width_data[i]:.3f} wide (> {max_width:g})")
+            flag = f"A weakly identified: 90% interval {width_data[i]:.3f} wide (> {max_width:g})"
+            if delta is not None and width_sigmoid[i] <= max_width:
+                flag += (
+                    f"; the sigmoid's own {width_sigmoid[i]:.3f}, the rest the allowance for "
+                    "departures from the sigmoid beyond the data"
+                )
+            flags.append(flag)
         else:
             flags.append("A identified")
     return pd.DataFrame(
@@ -336,6 +371,7 @@ def identifiability(
             "a_q95": q95,
             "a_width90": width,
             "a_width90_data": width_data,
+            "a_width90_sigmoid": width_sigmoid,
             "a_contraction": contraction,
             "a_overlap": overlap,
             "p_cmid_beyond_data": p_beyond,

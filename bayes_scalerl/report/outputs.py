@@ -33,6 +33,7 @@ __all__ = [
 IDENTIFIABILITY_COLUMNS = (
     "a_width90",
     "a_width90_data",
+    "a_width90_sigmoid",
     "a_contraction",
     "p_cmid_beyond_data",
     "a_identified",
@@ -63,8 +64,8 @@ def fit_diagnostics(result: FitResult) -> pd.DataFrame:
     pandas.DataFrame
         :meth:`FitResult.diagnostics` (``run, n_points, r_hat_max, ess_bulk_min,
         ess_tail_min, divergences, bfmi_min, converged``); for an independent fit also
-        ``a_width90, a_width90_data, a_contraction, p_cmid_beyond_data, a_identified,
-        a_flag`` from
+        ``a_width90, a_width90_data, a_width90_sigmoid, a_contraction, p_cmid_beyond_data,
+        a_identified, a_flag`` from
         :func:`~bayes_scalerl.identifiability`; then ``reward_drop, falls`` (how far the
         fitted reward falls from its best level, and whether that is beyond noise: see
         :func:`bayes_scalerl.analyses.decline.decline`); for a fit with the calibrated discrepancy
