@@ -370,3 +370,28 @@ def test_rank_plot_has_a_panel_per_run_and_parameter(demo_fit):
     assert all(len(ax.lines) >= 4 for ax in panels)  # one line per chain
     with pytest.raises(ValueError, match="1 to 8 runs"):
         plots.plot_rank(demo_fit, [])
+
+
+def test_ceilings_answer_names_runs_held_back_by_the_allowance_beyond_the_data():
+    """Runs whose flag says the sigmoid's own width passes are named apart from the others."""
+    from bayes_scalerl.report.answers import _ceilings
+
+    diag = pd.DataFrame(
+        {
+            "run": ["a", "b", "c"],
+            "a_identified": [True, False, False],
+            "a_width90": [0.05, 0.16, 0.40],
+            "a_flag": [
+                "A identified",
+                "A weakly identified: 90% interval 0.160 wide (> 0.1); the sigmoid's own 0.040, the rest "
+                "the allowance for departures from the sigmoid beyond the data",
+                "A weakly identified: 90% interval 0.400 wide (> 0.1)",
+            ],
+        }
+    )
+    ans = _ceilings(diag, 3)
+    assert ans.lead == "Ceilings: 1 of 3 identified."
+    assert "the data pin the sigmoid's own ceiling within 0.10 for b;" in ans.text
+    # without such a flag the sentence is left out
+    plain = _ceilings(diag.assign(a_flag=diag["a_flag"].str.split(";").str[0]), 3)
+    assert "sigmoid's own" not in plain.text

@@ -161,6 +161,15 @@ def _ceilings(diagnostics: pd.DataFrame, n_runs: int) -> Answer:
                 parts.append(
                     f"Their 90% widths of A: median {_fmt(float(w.median()))}, up to {_fmt(float(w.max()))}."
                 )
+        if "a_flag" in d.columns:
+            shape = d.loc[~ident, "a_flag"].astype(str).str.contains("the sigmoid's own", regex=False)
+            if shape.any():
+                parts.append(
+                    "Of these, the data pin the sigmoid's own ceiling within 0.10 for "
+                    f"{_names(d.loc[~ident, 'run'].astype(str)[shape.to_numpy()])}; the rest of their width "
+                    "is the allowance for the curve departing from the sigmoid beyond the data "
+                    "(a_width90_sigmoid)."
+                )
         parts.append("'bayes-scalerl identify' tells from what compute on A would be identified.")
     return Answer("ceilings", lead, " ".join(parts), links, warn=bool(len(weak)))
 
