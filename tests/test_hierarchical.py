@@ -352,7 +352,9 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
         (post["A_recipe"] - post["delta_recipe"]).values, ref["A_recipe"].values, rtol=0, atol=1e-12
     )
     assert hier_fit.settings["discrepancy"]["horizon"] == pytest.approx(2 * math.log(10.0))
-    # a recipe's offset is its runs' mean, draw by draw (where no ceiling is clipped to [0, 1])
+    # a recipe's offset is its runs' mean, draw by draw (where no ceiling is clipped to [0, 1];
+    # the offsets are scale mixtures, and with the two-decade horizon (offsets' sd twice one
+    # decade's) 1.8% of one recipe's draws reached a bound, so at least 95% must be free)
     rec = hier_fit.dt["constant_data"]["recipe"].values.astype(str)
     names = [str(r) for r in post["recipe"].values]
     delta, d_rec = hier_fit.draws("delta"), post["delta_recipe"].transpose("recipe", "chain", "draw").values
@@ -360,7 +362,7 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
     for j, r in enumerate(names):
         mine = np.flatnonzero(rec == r)
         free = np.all((A[mine] > 0) & (A[mine] < 1), axis=0) & (A_rec[j].ravel() > 0) & (A_rec[j].ravel() < 1)
-        assert mine.size == 3 and free.mean() > 0.99
+        assert mine.size == 3 and free.mean() > 0.95
         np.testing.assert_allclose(d_rec[j].ravel()[free], delta[mine].mean(axis=0)[free], rtol=0, atol=1e-12)
     # runs' offsets are their own (independent draws), not the recipe's
     assert not np.allclose(delta[0], delta[1])
