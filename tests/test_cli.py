@@ -29,8 +29,8 @@ def test_demo_writes_every_output(tmp_path, capsys):
     d = pd.read_csv(out / "diagnostics.csv")
     need = ["run", "n_points", "r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "bfmi_min"]
     need += ["converged", "retried", "retries", "likelihood", "rho", "shape_kappa", "shape_ell"]
-    need += ["a_width90", "a_width90_data", "a_contraction", "p_cmid_beyond_data", "a_identified", "a_flag"]
-    need += ["reward_drop", "falls"]
+    need += ["a_width90", "a_width90_data", "a_width90_sigmoid", "a_contraction", "p_cmid_beyond_data"]
+    need += ["a_identified", "a_flag", "reward_drop", "falls"]
     need += ["discrepancy_omega", "discrepancy_tau", "discrepancy_from"]  # the default predictive
     need += ["prior_a_loc", "prior_a_scale"]  # the default: each run's prior of A learnt from the batch
     assert list(d.columns) == need

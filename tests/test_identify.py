@@ -283,11 +283,12 @@ def test_default_discrepancy_widens_A_and_keeps_the_truth(runs, sweep):
     assert ident.loc["far", "a_q05"] < 0.6 < ident.loc["far", "a_q95"]
     assert "delta" in res.dt["posterior"].data_vars
     # the width splits into the sigmoid's own and the allowance beyond the data: ``far``'s
-    # sigmoid pins A (as the exact fit does), the allowance of a batch of two runs (its
-    # scales mostly the prior's, 0.01 reward per unit of log compute over two decades) does
-    # not, and the flag says which part is too wide
+    # sigmoid pins A within the rule (0.07 here: wider than the exact fit's under the AR(1)
+    # noise, see SWEEP_FIT), the allowance of a batch of two runs (its scales mostly the
+    # prior's, 0.01 reward per unit of log compute over two decades) does not, and the flag
+    # says which part is too wide
     far = ident.loc["far"]
-    assert far["a_width90_sigmoid"] < 0.05 < MAX_WIDTH90 < far["a_width90_data"]
+    assert far["a_width90_sigmoid"] <= MAX_WIDTH90 < far["a_width90_data"]
     assert not far["a_identified"]
     assert far["a_flag"].startswith("A weakly identified: 90% interval")
     assert f"the sigmoid's own {far['a_width90_sigmoid']:.3f}" in far["a_flag"]

@@ -245,7 +245,7 @@ def identifiability(
             ``a_width90`` itself unless the fit's priors were learnt from the batch
             (``Priors(from_batch=...)``), when it is measured on
             :func:`own_data_draws`. The rule reads this width, and the contraction and
-            overlap below are measured on the same posterior.
+            overlap below are measured on the same posterior (the sigmoid's part of it).
         ``a_width90_sigmoid``
             The same width for the sigmoid's own asymptote, without the calibrated
             discrepancy's offset (equal to ``a_width90_data`` for a fit without it). The
@@ -254,18 +254,21 @@ def identifiability(
             but whose ``a_width90_data`` does not has a ceiling its data pin down *if* the
             curve keeps its shape, and the flag says so.
         ``a_contraction``
-            ``1 - posterior var / prior var`` of ``A``: near 1 when the data set ``A``,
-            near 0 when the posterior is the prior (slightly negative values happen when
+            ``1 - posterior var / prior var`` of the sigmoid's asymptote (the draws of
+            ``a_width90_sigmoid``: the prior is of it, and the discrepancy's offset, no
+            part of that prior, has heavy tails that would swamp a variance): near 1 when
+            the data set ``A``, near 0 when the posterior is the prior (slightly negative values happen when
             the posterior is as wide as the prior, or piles up at both ends of
             ``(R0, 1)``, plus Monte Carlo error). The prior variance is
             ``(1 - R0)**2 / 12`` for ``A ~ Uniform(R0, 1)`` or the truncated normal's
             (:func:`a_prior_moments`).
         ``a_overlap``
-            Overlap ``sum(min(prior, posterior))`` of the prior and posterior of ``A``
-            over 20 equal bins of ``(R0, 1)``: 1 when the posterior is the prior, about
-            the prior mass of one bin (0.05 for a uniform prior) when the posterior is
-            narrower than a bin. A histogram estimate: with 2,000 draws a posterior equal
-            to the prior scores about 0.95, not 1.
+            Overlap ``sum(min(prior, posterior))`` of the prior and posterior of ``A`` (the
+            sigmoid's, as for the contraction) over 20 equal bins of ``(R0, 1)``: 1 when
+            the posterior is the prior, about the prior mass of one bin (0.05 for a
+            uniform prior) when the posterior is narrower than a bin. A histogram
+            estimate: with 2,000 draws a posterior equal to the prior scores about 0.95,
+            not 1.
         ``p_cmid_beyond_data``
             Posterior probability that ``C_mid`` exceeds ``max_fit_compute``: above 0.5
             the midpoint probably lies beyond the data and ``A`` is an extrapolation.
@@ -321,7 +324,10 @@ def identifiability(
         sigmoid = own_sigmoid
     width_data = width if own is None else np.subtract(*np.quantile(own, [0.95, 0.05], axis=1))
     width_sigmoid = np.subtract(*np.quantile(sigmoid, [0.95, 0.05], axis=1))
-    A = A if own is None else own  # contraction and overlap: the run's own data, too
+    # contraction and overlap compare the sigmoid's asymptote with its prior, from the run's
+    # own data: the discrepancy's offset is no part of that prior, and its heavy tails (a
+    # scale mixture) would swamp a variance
+    A = sigmoid
     fixed = dataclasses.replace(priors, from_batch=False)
     if fixed.R0_fitted:
         R0 = np.zeros(len(names))
