@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyses.comparisons import estimate_seed_sd, recipe_draws
+from ..analyses.identify import ALLOWANCE_NOTE
 from ..posterior.results import FitResult
 
 __all__ = ["Answer", "answers", "forecast_budget", "runs_to_rank", "truthy", "MAX_NAMED", "MAX_RANKED"]
@@ -162,7 +163,7 @@ def _ceilings(diagnostics: pd.DataFrame, n_runs: int) -> Answer:
                     f"Their 90% widths of A: median {_fmt(float(w.median()))}, up to {_fmt(float(w.max()))}."
                 )
         if "a_flag" in d.columns:
-            shape = d.loc[~ident, "a_flag"].astype(str).str.contains("the sigmoid's own", regex=False)
+            shape = d.loc[~ident, "a_flag"].astype(str).str.contains(ALLOWANCE_NOTE, regex=False)
             if shape.any():
                 parts.append(
                     "Of these, the data pin the sigmoid's own ceiling within 0.10 for "
