@@ -385,6 +385,7 @@ def test_calibrated_discrepancy_of_runs_and_recipes(study, hier_fit, plain_fit):
     assert len(t) == len(names) and t["p_reachable"].between(0, 1).all()
 
 
+@pytest.mark.slow  # a non-default option (45 s)
 def test_pooled_refit_calibrates_against_the_pooled_model(study, hier_fit, monkeypatch):
     """``Discrepancy(pooled_refit=True)``: the leave-future-out refit is a hierarchical fit of
     the refitted runs with their recipes (one view of each run), the pooled draws are the

@@ -524,6 +524,7 @@ def nb_env(monkeypatch):
     return monkeypatch
 
 
+@pytest.mark.slow  # 100 s for the three; the docs build executes them again (raising on errors)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_and_its_claims_hold(path, nb_env):
     assert path.name in CHECKS, f"{path.name} has no claims checked: add them to CHECKS"

@@ -285,6 +285,7 @@ def test_checkpoint_of_another_fit_is_refused(tmp_path, data):
     assert (ckpt / "manifest.json").read_bytes() == manifest  # refused, not overwritten
 
 
+@pytest.mark.slow  # an optional back end (20 s)
 def test_ray_executor_gives_the_local_draws(data, reference):
     ray = pytest.importorskip("ray", reason="the Ray executor needs ray (pip install 'bayes_scalerl[ray]')")
     with warnings.catch_warnings():
