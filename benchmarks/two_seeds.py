@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ import pandas as pd
 
 def scenario_rows(path: str) -> pd.DataFrame:
     """The ``## Every scenario`` table of a misspecification results file."""
-    text = open(path, encoding="utf-8").read()
+    text = Path(path).read_text(encoding="utf-8")
     if "## Every scenario" not in text:
         raise ValueError(f"{path}: no '## Every scenario' table")
     section = text.split("## Every scenario", 1)[1].split("\n## ", 1)[0]
