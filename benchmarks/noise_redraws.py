@@ -49,8 +49,18 @@ def redraw(data: pd.DataFrame, noise: str, rng: np.random.Generator) -> np.ndarr
     raise ValueError(f"redraws are for iid or binomial noise, got {noise!r}")
 
 
-def run(scenario: str, redraws: int, horizon: float, seed: int, runs_per_scenario: int) -> pd.DataFrame:
-    """One row per noise draw: ``draw, coverage90, width90, tau, refit_z2`` (draw 0: the benchmark's)."""
+def run(
+    scenario: str,
+    redraws: int,
+    horizon: float,
+    seed: int,
+    runs_per_scenario: int,
+    discrepancy: bs.Discrepancy | None = None,
+) -> pd.DataFrame:
+    """One row per noise draw: ``draw, coverage90, width90, tau, refit_z2`` (draw 0: the benchmark's).
+
+    ``discrepancy`` replaces the default's settings (``None``: the default).
+    """
     family, noise = scenario.split("/")
     base = simulate_benchmark(
         seed, families=(family,), noises=(noise,), runs_per_scenario=runs_per_scenario, pairs_per_scenario=4
@@ -73,7 +83,13 @@ def run(scenario: str, redraws: int, horizon: float, seed: int, runs_per_scenari
             bt = bs.backtest(
                 runs,
                 fraction=1.0 / horizon,
-                fit_kwargs={"chains": 4, "warmup": 500, "samples": 500, "progress": False},
+                fit_kwargs={
+                    "chains": 4,
+                    "warmup": 500,
+                    "samples": 500,
+                    "progress": False,
+                    **({} if discrepancy is None else {"discrepancy": discrepancy}),
+                },
                 seed=seed,
                 baseline=False,
             )
@@ -103,6 +119,11 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--horizon", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs-per-scenario", type=int, default=48)
+    ap.add_argument(
+        "--ratio",
+        default=None,
+        help="the discrepancy's refit ratios, comma-separated (default: the package's, 2)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     bs.use_all_cpu_cores()
@@ -110,7 +131,11 @@ def main(argv=None) -> pd.DataFrame:
     t0 = time.perf_counter()
     tables = []
     for s in scenarios:
-        df = run(s, args.redraws, args.horizon, args.seed, args.runs_per_scenario)
+        disc = None
+        if args.ratio:
+            ratios = tuple(float(r) for r in args.ratio.split(","))
+            disc = bs.Discrepancy(ratio=ratios if len(ratios) > 1 else ratios[0])
+        df = run(s, args.redraws, args.horizon, args.seed, args.runs_per_scenario, disc)
         tables.append(df.assign(scenario=s))
     res = pd.concat(tables, ignore_index=True)
     lines = header_lines(
