@@ -70,6 +70,7 @@ __all__ = [
     "MisspecResult",
     "parse_method",
     "run_benchmark",
+    "split_scenario",
     "clustered_se",
     "summarise",
     "range_check",
@@ -298,6 +299,25 @@ def _pair_verdicts(res: bs.FitResult, pair_runs: pd.DataFrame) -> list[dict[str,
     return rows
 
 
+def split_scenario(info: pd.DataFrame, batch_size: int | None) -> list[list[str]]:
+    """One scenario's runs in fits of about ``batch_size`` runs (all in one without it).
+
+    ``info`` has one row per run (``run``, ``role``, ``pair``). A seed pair is one unit of
+    two runs (so that ``compare`` sees both); units go, largest first, to the fit with the
+    fewest runs so far, so the fits differ by at most one run beyond a pair.
+    """
+    names = info["run"].tolist()
+    if batch_size is None or len(names) <= batch_size:
+        return [names]
+    units = [[r] for r in info.loc[info["role"] != "pair", "run"]]
+    units += [g["run"].tolist() for _, g in info[info["role"] == "pair"].groupby("pair", sort=False)]
+    n_fits = max(1, round(len(names) / batch_size))
+    fits: list[list[str]] = [[] for _ in range(n_fits)]
+    for unit in sorted(units, key=len, reverse=True):  # stable: the simulation's order within a size
+        min(fits, key=len).extend(unit)
+    return fits
+
+
 def run_benchmark(
     data: pd.DataFrame | None = None,
     *,
@@ -314,6 +334,7 @@ def run_benchmark(
     samples: int = 500,
     bootstrap: int = 200,
     batch: str = "all",
+    batch_size: int | None = None,
     log: Callable[[str], None] | None = print,
 ) -> MisspecResult:
     """Run the misspecification benchmark.
@@ -342,6 +363,10 @@ def run_benchmark(
     batch : {"all", "scenario"}
         ``"all"``: every run in one fit (one batch: the calibration pools all scenarios).
         ``"scenario"``: one fit per scenario, as a lab fits the runs of one setup together.
+    batch_size : int, optional
+        With ``batch="scenario"``: split each scenario's runs into fits of about this many
+        runs (a seed pair's two runs in the same fit; see :func:`split_scenario`), as a lab
+        with a handful of ablations fits them. Default: the whole scenario in one fit.
     log : callable, optional
         Progress messages (default ``print``; None for silence).
 
@@ -363,6 +388,8 @@ def run_benchmark(
             raise ValueError(f"method {name!r} may not set {clash}: the benchmark sets them")
     if batch not in ("all", "scenario"):
         raise ValueError(f"batch must be 'all' or 'scenario', got {batch!r}")
+    if batch_size is not None and (batch != "scenario" or batch_size < 2):
+        raise ValueError(f"batch_size needs batch='scenario' and at least 2 runs, got {batch_size!r}")
     if not all(h > 1 for h in horizons):
         raise ValueError(f"horizons must be > 1, got {list(horizons)}")
     if data is None:
@@ -400,8 +427,11 @@ def run_benchmark(
     if batch == "all":
         batches = [runs]
     else:
-        by_scenario = info.groupby("scenario", sort=False)["run"].apply(list)
-        batches = [runs.subset(names) for names in by_scenario]
+        batches = [
+            runs.subset(names)
+            for _, part in info.groupby("scenario", sort=False)
+            for names in split_scenario(part, batch_size)
+        ]
     for h in horizons:
         for name, kw in to_run.items():
             with_baselines = name == first and bool(baselines)
@@ -475,6 +505,8 @@ def run_benchmark(
         "samples": samples,
         "bootstrap": bootstrap,
         "batch": batch,
+        "batch_size": batch_size,
+        "n_batches": len(batches),
         "n_runs": runs.n_runs,
     }
     return MisspecResult(
@@ -612,6 +644,8 @@ def to_markdown(res: MisspecResult, header: Sequence[str] = ()) -> str:
     lines = list(header)
     s = res.settings
     batch = "all in one fit" if s.get("batch", "all") == "all" else "one fit per scenario"
+    if s.get("batch_size"):
+        batch = f"each scenario in fits of about {s['batch_size']} runs ({s['n_batches']} fits)"
     lines += [
         "",
         f"{s['runs_per_scenario']} runs and {s['pairs_per_scenario']} seed pairs per scenario "
@@ -742,6 +776,12 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
         default="all",
         help="all: every run in one fit; scenario: one fit per scenario (as a lab fits one setup's runs)",
     )
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="with --batch scenario: fits of about this many runs each (a lab's handful of ablations)",
+    )
     ap.add_argument("--out", default=None, help="Markdown file to write")
     a = ap.parse_args(argv)
     bs.use_all_cpu_cores()
@@ -766,6 +806,7 @@ def main(argv: Sequence[str] | None = None) -> MisspecResult:
         samples=a.samples,
         bootstrap=a.bootstrap,
         batch=a.batch,
+        batch_size=a.batch_size,
     )
     wall = time.perf_counter() - t0
     header = [
