@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 from conftest import benchmark_module
 
+import bayes_scalerl as bs
+
 _HEADER = (
     "| scenario | horizon | method | n_runs | n_points | coverage50 | coverage90 | coverage90_se "
     "| x | x | x | x |"
@@ -66,3 +68,39 @@ def test_noise_redraws_keep_the_truth_and_the_noise_scale():
     assert np.allclose(binom * 1000, np.round(binom * 1000))  # counts out of n_eval
     with pytest.raises(ValueError, match="iid or binomial"):
         mod.redraw(data, "ar1", rng)
+
+
+def test_dapo_batches_keeps_training_runs_whole_and_pools_by_curve():
+    mod = benchmark_module("dapo_batches")
+    # five training runs of 2, 3, 2, 2 and 1 curves
+    sizes = {"t0": 2, "t1": 3, "t2": 2, "t3": 2, "t4": 1}
+    rows = []
+    for t, k in sizes.items():
+        for j in range(k):
+            for i, c in enumerate((0.0, 10.0, 20.0, 40.0, 80.0)):
+                rows.append({"run": f"{t}:m{j}", "training_run": t, "compute": c, "reward": 0.3 + 0.01 * i})
+    runs = bs.Runs.from_frame(pd.DataFrame(rows), source="<test>")
+    groups = mod.batches_of(runs, 4)
+    assert groups == [
+        ["t0:m0", "t0:m1", "t1:m0", "t1:m1", "t1:m2"],
+        ["t2:m0", "t2:m1", "t3:m0", "t3:m1", "t4:m0"],
+    ]
+    assert mod.batches_of(runs, 100) == [list(runs.names)]  # fewer curves than a batch: one
+    with pytest.raises(ValueError, match="at least 2"):
+        mod.batches_of(runs, 1)
+    # pooled coverage over points, its error clustered by curve: two curves all in / all out
+    pts = pd.DataFrame(
+        {
+            "method": ["bayes"] * 20 + ["gaussian"] * 2,
+            "run": ["a"] * 10 + ["b"] * 10 + ["a", "b"],
+            "covered90": [True] * 10 + [False] * 10 + [True, True],
+            "covered50": [False] * 22,
+            "q05": 0.0,
+            "q95": 0.1,
+            "crps": 0.01,
+        }
+    )
+    p = mod.pooled(pts).set_index("method")
+    assert p.loc["bayes", "coverage90"] == pytest.approx(0.5)
+    assert p.loc["bayes", "coverage90_se"] == pytest.approx(0.5)  # 2 clusters, not 20 points
+    assert p.loc["gaussian", "coverage90"] == 1.0 and p.loc["gaussian", "n_points"] == 2

@@ -250,6 +250,30 @@ def test_parse_method():
         mod.parse_method("no-json")
 
 
+def test_split_scenario_keeps_pairs_together_and_balances_the_fits():
+    mod = _benchmark_module()
+    singles = [f"s{i}" for i in range(13)]
+    pairs = [f"p{j}/{k}" for j in range(3) for k in (0, 1)]
+    info = pd.DataFrame(
+        {
+            "run": singles + pairs,
+            "role": ["run"] * 13 + ["pair"] * 6,
+            "pair": [np.nan] * 13 + [j for j in range(3) for _ in (0, 1)],
+        }
+    )
+    fits = mod.split_scenario(info, 6)
+    assert len(fits) == 3  # 19 runs in fits of about 6
+    assert sorted(r for f in fits for r in f) == sorted(info["run"])  # every run once
+    sizes = sorted(len(f) for f in fits)
+    assert sizes[-1] - sizes[0] <= 2  # balanced up to one pair
+    for j in range(3):  # a seed pair's two runs share a fit
+        assert sum({f"p{j}/0", f"p{j}/1"} <= set(f) for f in fits) == 1
+    assert mod.split_scenario(info, None) == [info["run"].tolist()]
+    assert mod.split_scenario(info, 50) == [info["run"].tolist()]
+    with pytest.raises(ValueError, match="batch_size"):
+        mod.run_benchmark(batch="all", batch_size=6, log=None)
+
+
 def test_run_benchmark_end_to_end():
     mod = _benchmark_module()
     res = mod.run_benchmark(
