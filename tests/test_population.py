@@ -256,6 +256,31 @@ def test_a_group_counts_once_and_is_left_out_whole():
     np.testing.assert_allclose(dup.rows[2:], once.rows[1:], rtol=0, atol=1e-9)
 
 
+def test_ceiling_priors_do_not_depend_on_the_order_of_the_groups():
+    """Regression: blocks of whole groups follow the groups' sorted labels, not the runs' order.
+
+    The cells cached for a block of runs were keyed by the block's first run and size, so a
+    block of groups ``[0, 1, 4, 5, 2, 3]`` read the cells of runs ``[0, ..., 5]``: each run's
+    learnt prior was computed from another run's likelihood (on the DAPO curves, a ceiling
+    prior of ``Normal(0.95, 0.005)`` for a curve that ends at 0.46). Learning from the same
+    runs in the groups' sorted order must give the same priors, run by run.
+    """
+    rng = np.random.default_rng(21)
+    n = 6
+    A = np.array([0.80, 0.50, 0.75, 0.45, 0.85, 0.55])
+    log_B = math.log(1.5) + 0.2 * rng.standard_normal(n)
+    ends = np.full(n, 1500.0)
+    runs = _runs(log_B, np.log(ends / 2.0) + 0.2 * rng.standard_normal(n), ends, seed=22, A=A)
+    grid = grid_loglik(runs.window(), GAUSS)
+    groups = np.array(["a", "a", "c", "c", "b", "b"])  # sorted: runs 0, 1, 4, 5, 2, 3
+    pop = learn_population(grid, GAUSS, groups=groups, ceiling=True, refine=0)
+    order = np.array([0, 1, 4, 5, 2, 3])
+    ref = learn_population(grid.take(order), GAUSS, groups=groups[order], ceiling=True, refine=0)
+    np.testing.assert_allclose(pop.rows[order], ref.rows, rtol=0, atol=1e-6)
+    # and every run's ceiling prior lies among the others' ceilings, not beyond them
+    assert (pop.rows[:, 4] > 0.4).all() and (pop.rows[:, 4] < 0.9).all()
+
+
 def test_fit_from_batch_and_its_refits(monkeypatch):
     """The fit says what it learnt; the discrepancy's leave-future-out refits learn their priors
     from their own cut windows, not the fit's."""

@@ -488,7 +488,7 @@ def learn_population(
 
     def cells(idx, ax):
         """Each run's likelihood on (b, c, A's hyper-grid), up to a constant per run."""
-        key = (idx[0], idx.size)
+        key = idx.tobytes()  # the runs themselves: a block of whole groups need not be a slice
         if cache.get("A") is not ax["A"]:  # a new grid of A: the old cells are stale
             cache.clear()
             cache["A"] = ax["A"]
