@@ -89,10 +89,17 @@ def pooled(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run(runs: bs.Runs, fractions: Sequence[float], size: int, seed: int, log=print) -> dict:
+def run(
+    runs: bs.Runs,
+    fractions: Sequence[float],
+    size: int,
+    seed: int,
+    discrepancy: bs.Discrepancy | None = None,
+    log=print,
+) -> dict:
     """Backtests of ``runs`` as one batch and in batches of about ``size``, at every fraction."""
     groups = batches_of(runs, size)
-    kw = {"progress": False}
+    kw = {"progress": False} | ({"discrepancy": discrepancy} if discrepancy is not None else {})
     out = {"groups": groups, "pooled": [], "by_batch": [], "seconds": []}
     for f in fractions:
         for label, parts in (("one batch", [runs.names]), (f"batches of ~{size}", groups)):
@@ -134,12 +141,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=6, help="curves per small batch (whole training runs)")
     p.add_argument("--gpus", type=float, default=4.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--prior-weight",
+        type=float,
+        default=None,
+        help="the discrepancy's pseudo-runs of its prior (default: bs.Discrepancy()'s)",
+    )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     bs.use_all_cpu_cores()
     t0 = time.perf_counter()
     runs = bs.read_any(a.data, format="verl", metric=[METRIC], gpus=a.gpus)
-    res = run(runs, [float(x) for x in a.fractions.split(",") if x], a.batch_size, a.seed)
+    disc = None if a.prior_weight is None else bs.Discrepancy(prior_weight=a.prior_weight)
+    res = run(runs, [float(x) for x in a.fractions.split(",") if x], a.batch_size, a.seed, disc)
     sizes = [len(g) for g in res["groups"]]
     lines = header_lines(
         "DAPO backtests in small batches: one batch of every curve against a lab's handful",
@@ -152,7 +166,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "(`bayes`) and version 0.1's exact sigmoid (`gaussian`), 4 chains x 500 + 500, every later "
         "evaluation scored (`bs.backtest`). `one batch`: all curves in one fit; `batches of ~N`: "
         f"{len(sizes)} fits of {min(sizes)}-{max(sizes)} curves (whole training runs in file order), "
-        "each learning its own discrepancy scales, noise correlation and priors. `coverage90_se`: "
+        "each learning its own discrepancy scales, noise correlation and priors"
+        + ("" if disc is None else f" (the discrepancy's prior weight {a.prior_weight:g})")
+        + f"; `bs.Discrepancy().prior_weight` is {bs.Discrepancy().prior_weight:g}. `coverage90_se`: "
         "the points clustered by curve.",
         "",
         "## Pooled over every curve",

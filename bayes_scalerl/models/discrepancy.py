@@ -80,7 +80,14 @@ class Discrepancy:
     prior_scale : float
         Centre of the prior on ``tau`` (reward per unit of log compute).
     prior_weight : float
-        Pseudo-runs of that prior in the batch's distribution of ``tau``.
+        Pseudo-runs of that prior in the batch's distribution of ``(omega, tau)`` (default
+        0.1). The prior is wide (a decade either way), so in a batch of a handful of runs a
+        whole pseudo-run of it put enough mass at large scales to widen every band: with 1,
+        batches of about six runs covered 0.97-0.98 on simulated curves and 0.93 / 0.975 on
+        the DAPO curves fitted on 1/4 / 1/2 of their compute; with 0.1, 0.95-0.96 and 0.93 /
+        0.95, at the same or lower CRPS, and a batch of 48 runs or of all 42 DAPO curves
+        changed by no more than its Monte Carlo error
+        (``benchmarks/results/small-batches.md``).
     per_run : bool
         Draw each run's scales from its own posterior (its leave-future-out errors, the
         batch's distribution as prior); ``False`` draws every run's from the batch's
@@ -96,7 +103,7 @@ class Discrepancy:
     ratio: float | tuple[float, ...] = 2.0
     run_weight: float = 1.0
     prior_scale: float = 0.01
-    prior_weight: float = 1.0
+    prior_weight: float = 0.1
     per_run: bool = True
     pooled_refit: bool = False
 
