@@ -30,12 +30,12 @@ import pandas as pd
 import bayes_scalerl as bs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dapo_backtest import METRIC  # noqa: E402
 from environment import header_lines, write_results  # noqa: E402
 from misspecification import clustered_se  # noqa: E402
 
 __all__ = ["batches_of", "pooled", "main"]
 
-METRIC = "val-core/*/acc/mean@1"
 METHODS = ("bayes", "gaussian")
 
 

@@ -518,8 +518,7 @@ def learn_population(
 
     def log_posts(ax, scales):
         totals = {s: 0.0 for s in scales}
-        for lo in range(0, n_runs, chunk):
-            idx = np.arange(lo, min(lo + chunk, n_runs))
+        for idx, _ in _group_blocks(groups, n_runs, chunk):  # left_out's blocks: its cells cached
             P = cells(idx, ax)
             for s in scales:
                 totals[s] = totals[s] + np.tensordot(weight[idx], per_run(idx, P, ax, s), axes=1)
