@@ -145,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "--prior-weight",
         type=float,
         default=None,
-        help="the discrepancy's pseudo-runs of its prior (default: bs.Discrepancy()'s)",
+        help="the discrepancy's prior as this many pseudo-runs (the rule before 2026-12-07; "
+        "default: bs.Discrepancy()'s share)",
     )
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -167,8 +168,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "evaluation scored (`bs.backtest`). `one batch`: all curves in one fit; `batches of ~N`: "
         f"{len(sizes)} fits of {min(sizes)}-{max(sizes)} curves (whole training runs in file order), "
         "each learning its own discrepancy scales, noise correlation and priors"
-        + ("" if disc is None else f" (the discrepancy's prior weight {a.prior_weight:g})")
-        + f"; `bs.Discrepancy().prior_weight` is {bs.Discrepancy().prior_weight:g}. `coverage90_se`: "
+        + ("" if disc is None else f" (the discrepancy's prior as {a.prior_weight:g} pseudo-runs)")
+        + f"; `bs.Discrepancy().prior_share` is {bs.Discrepancy().prior_share:g}. `coverage90_se`: "
         "the points clustered by curve.",
         "",
         "## Pooled over every curve",

@@ -26,8 +26,10 @@ the deviation's slope (``Delta``'s sd is ``lam tau``):
 ``e ~ Normal(0, v + omega^2 + (lam s(h) tau)^2)``. A run's points share one realised
 deviation, so each run's log-likelihood is its points' mean (``run_weight`` runs' worth of
 evidence). The batch's distribution over the grid is estimated by maximum likelihood (the
-nonparametric mixing distribution of Kiefer and Wolfowitz, by EM), with ``prior_weight``
-pseudo-runs of a prior centred on ``prior_scale``; each run's ``(omega, tau)`` is then
+nonparametric mixing distribution of Kiefer and Wolfowitz, by EM), contaminated with a
+share ``prior_share`` of a wide prior centred on ``prior_scale`` (an epsilon-contaminated
+prior, Berger 1985, section 4.7: whatever the batch shows, a small share of runs may
+depart from the sigmoid the wide way); each run's ``(omega, tau)`` is then
 drawn from its posterior on the grid, that distribution as its prior, so the offsets are
 scale mixtures of normals (heavier-tailed where the batch's runs differ). A run whose data
 are too short for the refit draws from the batch's distribution.
@@ -79,15 +81,26 @@ class Discrepancy:
         Runs' worth of evidence in one run's leave-future-out errors.
     prior_scale : float
         Centre of the prior on ``tau`` (reward per unit of log compute).
-    prior_weight : float
-        Pseudo-runs of that prior in the batch's distribution of ``(omega, tau)`` (default
-        0.1). The prior is wide (a decade either way), so in a batch of a handful of runs a
-        whole pseudo-run of it put enough mass at large scales to widen every band: with 1,
-        batches of about six runs covered 0.97-0.98 on simulated curves and 0.93 / 0.975 on
-        the DAPO curves fitted on 1/4 / 1/2 of their compute; with 0.1, 0.95-0.96 and 0.93 /
-        0.95, at the same or lower CRPS, and a batch of 48 runs or of all 42 DAPO curves
-        changed by no more than its Monte Carlo error
-        (``benchmarks/results/small-batches.md``).
+    prior_share : float
+        Share of the wide prior in the batch's distribution of ``(omega, tau)``
+        (default 0.02, whatever the batch's size): the estimated distribution is
+        ``(1 - prior_share) * (the batch's) + prior_share * prior``. It keeps every run's
+        allowance for departures the batch has not shown, and with it ``A``'s interval, the
+        same in a batch of six runs as in one of sixty. The rule before 2026-12-07 counted
+        pseudo-runs of the prior instead (``prior_weight``), whose share shrinks as the batch
+        grows: one pseudo-run (the default until that day) was a seventh of a six-run
+        batch's distribution and widened every band (batches of about six runs covered
+        0.97-0.98 on simulated curves, 0.93 / 0.975 on the DAPO curves fitted on 1/4 / 1/2 of
+        their compute); a tenth of one (the default for a day) kept small batches calibrated
+        but was a six-hundredth of a 56-run batch's, and ``identify`` then called 31 of 864
+        simulated misspecified runs "A identified", 12 of them wrongly (a whole one: 3, none
+        wrongly). Two per cent is the share both good settings had: a tenth of a pseudo-run
+        in six runs, one in 56 (``benchmarks/results/small-batches.md``,
+        ``misspecification-prior-share.md``).
+    prior_weight : float, optional
+        Pseudo-runs of the prior instead of ``prior_share`` (the rule before 2026-12-07,
+        kept to reproduce its tables): the distribution is ``(sum of the runs' posteriors +
+        prior_weight * prior) / (runs + prior_weight)``.
     per_run : bool
         Draw each run's scales from its own posterior (its leave-future-out errors, the
         batch's distribution as prior); ``False`` draws every run's from the batch's
@@ -103,15 +116,21 @@ class Discrepancy:
     ratio: float | tuple[float, ...] = 2.0
     run_weight: float = 1.0
     prior_scale: float = 0.01
-    prior_weight: float = 0.1
+    prior_share: float = 0.02
+    prior_weight: float | None = None
     per_run: bool = True
     pooled_refit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("horizon", "run_weight", "prior_scale", "prior_weight"):
             v = getattr(self, name)
+            if name == "prior_weight" and v is None:
+                continue
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"Discrepancy: {name} must be a positive finite number, got {v!r}.")
+        v = self.prior_share
+        if not (math.isfinite(v) and 0 < v < 1):
+            raise ValueError(f"Discrepancy: prior_share must be a number in (0, 1), got {v!r}.")
         if not isinstance(self.per_run, bool | np.bool_):
             raise ValueError(f"Discrepancy: per_run must be True or False, got {self.per_run!r}.")
         object.__setattr__(self, "per_run", bool(self.per_run))
@@ -217,10 +236,14 @@ def scale_posteriors(
     prior /= prior.sum()
     pop = prior.copy()
     n_own = float(own.sum())
-    for _ in range(500):  # EM for the mixing distribution
+    # the prior's pseudo-runs: a fixed share of the distribution, or a fixed count
+    w = settings.prior_weight
+    if w is None:
+        w = settings.prior_share * n_own / (1.0 - settings.prior_share)
+    for _ in range(500 if n_own else 0):  # EM for the mixing distribution
         post = like[own] * pop
         post /= post.sum(axis=1, keepdims=True)
-        new = (post.sum(axis=0) + settings.prior_weight * prior) / (n_own + settings.prior_weight)
+        new = (post.sum(axis=0) + w * prior) / (n_own + w)
         done = np.max(np.abs(new - pop)) < 1e-10
         pop = new
         if done:
