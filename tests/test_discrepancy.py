@@ -43,7 +43,7 @@ def test_batch_scales_are_recovered(omega, tau):
     truth with a relative sd of about sqrt(2 / 400) = 7% (in the square); the tolerance of
     0.006 on each scale (0.3-0.6 of the true values) is several such sds plus the grid's
     spacing (ratios of 1.3 between neighbouring values). The wide prior's share is set to
-    0.002 (one pseudo-run in 400 runs): the default's 0.02 adds its own tail to the root
+    0.002 (about one pseudo-run in 400 runs): the default's 0.02 adds its own tail to the root
     mean square (the prior's is 0.067) by design, which
     ``test_the_prior_keeps_its_share_whatever_the_batch_size`` checks.
     """
@@ -77,7 +77,7 @@ def test_batch_scales_are_the_mean_of_the_runs_own_posteriors():
     the largest cell's weight) and EM's slow last steps (it stops after 500): within 2%."""
     rng = np.random.default_rng(14)
     err, var, s2, run = _errors(rng, 100, 0.01, 0.02)
-    one = Discrepancy(prior_weight=1.0)  # the prior as one pseudo-run (the default's share: 2)
+    one = Discrepancy(prior_weight=1.0)  # the prior as one pseudo-run (the default's share: about 2 here)
     own_post, _ = scale_posteriors(err, var, s2, run, 100, one)
     batch, own = scale_posteriors(err, var, s2, run, 100, replace(one, per_run=False))
     assert own.all() and np.array_equal(batch, np.broadcast_to(batch[0], batch.shape))

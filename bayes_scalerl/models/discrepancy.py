@@ -92,7 +92,7 @@ class Discrepancy:
         batch's distribution and widened every band (batches of about six runs covered
         0.97-0.98 on simulated curves, 0.93 / 0.975 on the DAPO curves fitted on 1/4 / 1/2 of
         their compute); a tenth of one (the default for a day) kept small batches calibrated
-        but was a six-hundredth of a 56-run batch's, and ``identify`` then called 31 of 864
+        but was a 561st of a 56-run batch's, and ``identify`` then called 31 of 864
         simulated misspecified runs "A identified", 12 of them wrongly (a whole one: 3, none
         wrongly). Two per cent is the share both good settings had: a tenth of a pseudo-run
         in six runs, one in 56. With it, batches of 56 came within 0.005 of a whole
