@@ -15,6 +15,9 @@ from bayes_scalerl.models.discrepancy import (
     Discrepancy,
     discrepancy_shape,
     draw_offsets,
+    mix_scales,
+    prior_pseudo_runs,
+    run_likelihoods,
     scale_posteriors,
     scale_summary,
 )
@@ -119,6 +122,29 @@ def test_prior_share_is_that_many_pseudo_runs():
     count, _ = scale_posteriors(err, var, s2, run, 31, Discrepancy(prior_weight=0.05 * 30 / 0.95))
     np.testing.assert_allclose(share, count, atol=1e-12)
     assert not np.allclose(share, scale_posteriors(err, var, s2, run, 31, SETTINGS)[0], atol=1e-4)
+
+
+def test_the_verdict_reads_at_least_one_pseudo_run():
+    """Six runs that show no departure: the distribution ``identify``'s verdict reads
+    (one pseudo-run of the wide prior, a seventh of it) keeps at least a seventh of the
+    prior's mass at large slopes (0.196 / 7 = 0.028), several times the band's share
+    (0.0066, test above); in 60 runs the band's share is already 1.22 pseudo-runs, and
+    the verdict reads the band's. Deterministic (fixed seeds)."""
+    rng = np.random.default_rng(15)
+    err, var, s2, run = _errors(rng, 6, 0.0, 0.0)
+    batch = replace(SETTINGS, per_run=False)
+    like, own = run_likelihoods(err, var, s2, run, 6, batch)
+    band = mix_scales(like, own, batch)
+    np.testing.assert_allclose(band, scale_posteriors(err, var, s2, run, 6, batch)[0])
+    verdict = mix_scales(like, own, batch, SETTINGS.verdict_weight)
+    large = SCALE_GRID >= 0.05
+    v, b = verdict[0][:, large].sum(), band[0][:, large].sum()
+    print(f"mass at tau >= 0.05: verdict {v:.4f}, band {b:.4f}")
+    assert v > 0.196 / 7 and v > 3 * b
+    assert prior_pseudo_runs(SETTINGS, 6) < SETTINGS.verdict_weight < prior_pseudo_runs(SETTINGS, 60)
+    assert prior_pseudo_runs(Discrepancy(prior_weight=0.3), 60) == 0.3
+    with pytest.raises(ValueError, match="verdict_weight"):
+        Discrepancy(verdict_weight=-1.0)
 
 
 def test_a_batch_without_points_takes_the_prior():

@@ -30,6 +30,7 @@ from bayes_scalerl.analyses.identify import (
     plot_width_vs_compute,
     prior_sensitivity,
 )
+from bayes_scalerl.models.discrepancy import SCALE_GRID
 
 TOL = 0.02
 # 1,000 draws a chain, not QUICK's 300: a test asks the ``far`` run to be converged, and at
@@ -295,6 +296,45 @@ def test_default_discrepancy_widens_A_and_keeps_the_truth(runs, sweep):
     # without the discrepancy the two widths are one
     np.testing.assert_array_equal(exact["a_width90_sigmoid"], exact["a_width90_data"])
     assert not exact["a_flag"].str.contains("sigmoid's own").any()
+
+
+def _six_plateaus() -> bs.Runs:
+    """Six exact sigmoids seen to 4,000 GPU-hours, 4-13 times their midpoints (20 points each)."""
+    rng = np.random.default_rng(3)
+    grid = np.concatenate([[0], np.geomspace(100, 4000, 20)])
+    frames = []
+    for i in range(6):
+        truth = _truth(f"r{i}", 300.0 * (1 + 0.3 * i)).assign(A=0.6 + 0.01 * i, sigma=0.006)
+        frames.append(bs.simulate_runs(truth, grid, rng))
+    return bs.Runs.from_frame(pd.concat(frames), source="<sim>")
+
+
+def test_a_small_batch_does_not_vouch_for_the_shape_beyond_the_data():
+    """Six runs that levelled off: each sigmoid pins its A (widths 0.026-0.057 here), and
+    with the band's allowance for departures beyond the data (a share of 0.02 of the wide
+    prior, a ninth of a pseudo-run in six runs) the rule would pass too (0.051-0.077); but six
+    runs that showed no departure cannot rule one out for the next, so the verdict reads one
+    pseudo-run (``Discrepancy.verdict_weight``: 0.149-0.188) and says which part is too
+    wide. The reported interval is the fit's either way. Fixed seeds; the margins to the
+    rule's 0.10 are several Monte Carlo sds of a 90% width (about 0.003 at 1,200 draws)."""
+    from bayes_scalerl.analyses.identify import ALLOWANCE_NOTE
+    from bayes_scalerl.posterior.results import FitResult
+
+    res = bs.fit(_six_plateaus(), seed=0, log_likelihood=False, **QUICK)
+    assert res.dt["constant_data"]["discrepancy_verdict"].shape == (6, SCALE_GRID.size, SCALE_GRID.size)
+    ident = identifiability(res)
+    print(ident[["run", "a_width90", "a_width90_data", "a_width90_sigmoid"]])
+    assert (ident["a_width90_sigmoid"] <= MAX_WIDTH90).all()
+    assert not ident["a_identified"].any()
+    assert ident["a_flag"].str.contains(ALLOWANCE_NOTE, regex=False).all()
+    # the fit's own offsets (as a fit saved without the verdict's scales reads them)
+    dt = res.dt.copy()
+    dt["constant_data"] = dt["constant_data"].to_dataset().drop_vars("discrepancy_verdict")
+    band = identifiability(FitResult(dt))
+    print(band[["run", "a_width90", "a_width90_data"]])
+    assert band["a_identified"].all()
+    assert (band["a_width90_data"] < ident["a_width90_data"]).all()
+    np.testing.assert_array_equal(band["a_width90"], ident["a_width90"])
 
 
 # ---------------------------------------------------------------------- priors learnt from the batch

@@ -127,7 +127,11 @@ def test_runs_that_still_fail_get_a_longer_attempt_and_the_rest_keep_theirs(weak
     steps_once = once.dt["sample_stats"]["n_steps"].values[..., still].mean()
     steps_twice = twice.dt["sample_stats"]["n_steps"].values[..., still].mean()
     assert steps_twice > 2 * steps_once * 0.9  # four iterations a draw, against two
-    assert d_twice["converged"].sum() > d_once["converged"].sum()  # and it converges some
+    # Whether the third attempt then converges a run is not asserted: here one run fails
+    # twice, and its fate is floating point's (converged on the Intel CPUs of earlier CI
+    # runs; on an AMD EPYC, 2026-12-07, R-hat 1.015 -> 1.021 and bulk ESS 403 -> 269). The
+    # share the retries converge is measured over 500-1,000 runs by
+    # benchmarks/weak_identification.py (benchmarks/results/weak-identification*.md).
     assert once.settings["retry"]["retries"] == 1 and twice.settings["retry"]["retries"] == 2
     np.testing.assert_array_equal(d_twice["retries"].to_numpy()[still], 2)  # diagnostics.csv says which
     assert set(d_twice["retries"].to_numpy()[~still]) <= {0, 1}

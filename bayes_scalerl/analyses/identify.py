@@ -61,6 +61,7 @@ __all__ = [
     "MAX_WIDTH90",
     "ALLOWANCE_NOTE",
     "own_data_draws",
+    "verdict_offsets",
     "ALTERNATIVE_PRIORS",
     "SENSITIVITY_SHIFT",
     "DEFAULT_FRACTIONS",
@@ -212,6 +213,41 @@ def own_data_draws(
     return ceiling if delta is None else np.clip(ceiling + delta, 0.0, 1.0)
 
 
+def verdict_offsets(result: FitResult, *, seed: int = 0) -> np.ndarray | None:
+    """Draws of each run's ceiling offset under the scales the verdict reads.
+
+    The calibrated discrepancy's band draws its offsets from the batch's distribution of
+    scales with a share of 0.02 of the wide prior; the verdict of :func:`identifiability`
+    reads at least ``Discrepancy.verdict_weight`` pseudo-runs of it (one: a batch of ``n``
+    runs leaves about a chance in ``n + 1`` that the next departs from the sigmoid the
+    wide way), so that a batch of a handful of runs cannot rule out for one run a departure
+    it has not seen. Above about 49 runs the two are one.
+
+    Parameters
+    ----------
+    result : FitResult
+    seed : int
+        Seed of the draws.
+
+    Returns
+    -------
+    ndarray of shape (run, chain * draw), or None
+        None for a fit without the calibrated discrepancy; the fit's own offsets where the
+        band's share gives the wide prior as many pseudo-runs (then no scales of the
+        verdict's own are kept) or for a fit saved before they were.
+    """
+    from ..models.discrepancy import draw_offsets
+
+    delta = result._delta(None)
+    cd = result.dt["constant_data"]
+    if delta is None or "discrepancy_verdict" not in cd:
+        return delta
+    post = cd["discrepancy_verdict"].transpose("run", ...).values.astype(float)
+    horizon = float(result.settings["discrepancy"]["horizon"])
+    level, dev = draw_offsets(np.random.default_rng(seed), post, delta.shape, horizon)
+    return level + dev
+
+
 # ---------------------------------------------------------------------- identifiability
 def identifiability(
     result: FitResult,
@@ -246,11 +282,15 @@ def identifiability(
         ``a_median``, ``a_q05``, ``a_q95``, ``a_width90``
             Posterior median and equal-tailed 90% interval of ``A`` and its width.
         ``a_width90_data``
-            The width of that interval from the run's own data under the fixed priors:
-            ``a_width90`` itself unless the fit's priors were learnt from the batch
-            (``Priors(from_batch=...)``), when it is measured on
-            :func:`own_data_draws`. The rule reads this width, and the contraction and
-            overlap below are measured on the same posterior (the sigmoid's part of it).
+            The width of that interval from the run's own data under the fixed priors,
+            plus the verdict's allowance for departures beyond the data: ``a_width90``
+            itself unless the fit's priors were learnt from the batch
+            (``Priors(from_batch=...)``), when the sigmoid's part is measured on
+            :func:`own_data_draws`, or the batch is too small for its share of the wide
+            prior to count as ``Discrepancy.verdict_weight`` pseudo-runs, when the
+            allowance is drawn from that many (:func:`verdict_offsets`). The rule reads
+            this width, and the contraction and overlap below are measured on the same
+            posterior (the sigmoid's part of it).
         ``a_width90_sigmoid``
             The same width for the sigmoid's own asymptote, without the calibrated
             discrepancy's offset (equal to ``a_width90_data`` for a fit without it). The
@@ -303,7 +343,11 @@ def identifiability(
     run seen only below its midpoint gets the batch's ceiling, and the run that differs
     from its batch is the one it gets wrong). So the verdict is taken on the posterior the
     run's own data give under the fixed priors (:func:`own_data_draws`); the reported
-    interval stays the fit's.
+    interval stays the fit's. Likewise the allowance for departures beyond the data:
+    the band's is calibrated on average over the batch, but "identified" claims one run's
+    curve keeps its shape, and a batch of a handful of runs cannot rule out for one run a
+    departure it has not seen, so the verdict reads at least one pseudo-run of the wide
+    prior (:func:`verdict_offsets`).
 
     Contraction and width see one posterior under one prior. A curve that fits the
     sigmoid poorly (say a fast early jump, then a slow creep) can have two modes, a
@@ -320,14 +364,17 @@ def identifiability(
     q05, q50, q95 = np.quantile(A, [0.05, 0.5, 0.95], axis=1)
     width = q95 - q05
     delta = result._delta(None)
+    verdict = verdict_offsets(result)
     own_sigmoid = own_data_draws(result, priors, discrepancy=False)
     if own_sigmoid is None:
-        own = None
         sigmoid = A if delta is None else A - delta  # the sampler's own draws
     else:
-        own = own_sigmoid if delta is None else np.clip(own_sigmoid + delta, 0.0, 1.0)
         sigmoid = own_sigmoid
-    width_data = width if own is None else np.subtract(*np.quantile(own, [0.95, 0.05], axis=1))
+    if own_sigmoid is None and "discrepancy_verdict" not in cd:
+        width_data = width  # the fit's own draws
+    else:  # the run's own data, plus the verdict's allowance beyond them
+        own = sigmoid if verdict is None else np.clip(sigmoid + verdict, 0.0, 1.0)
+        width_data = np.subtract(*np.quantile(own, [0.95, 0.05], axis=1))
     width_sigmoid = np.subtract(*np.quantile(sigmoid, [0.95, 0.05], axis=1))
     # contraction and overlap compare the sigmoid's asymptote with its prior, from the run's
     # own data: the discrepancy's offset is no part of that prior, and its heavy tails (a

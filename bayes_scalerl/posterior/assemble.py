@@ -206,7 +206,7 @@ def build_datatree(
     log_likelihood : bool
         Add the pointwise log-likelihood.
     constants : mapping, optional
-        More ``constant_data`` variables of dims (run,).
+        More ``constant_data`` variables: an array of dims (run,), or ``(dims, array)``.
     loglik_params : mapping, optional
         The model's parameters for the log-likelihood when ``post`` holds others (the
         ceiling with its discrepancy); default ``post``.
@@ -243,8 +243,8 @@ def build_datatree(
         },
         coords={"run": names, "point": point},
     )
-    for k, v in (constants or {}).items():
-        constant[k] = (("run",), v)
+    for k, v in (constants or {}).items():  # an array over runs, or (dims, array)
+        constant[k] = v if isinstance(v, tuple) else (("run",), v)
     if getattr(window, "prior", None) is not None:  # each run's prior learnt from the batch
         rows = np.asarray(window.prior, float)
         constant["batch_prior"] = (("run", "prior_term"), rows)

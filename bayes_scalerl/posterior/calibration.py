@@ -21,7 +21,15 @@ import pandas as pd
 
 from ..data.runs import MIN_POINTS, Runs, in_likelihood
 from ..engine import runtime, sample_window
-from ..models.discrepancy import Discrepancy, discrepancy_shape, draw_offsets, scale_posteriors, scale_summary
+from ..models.discrepancy import (
+    Discrepancy,
+    discrepancy_shape,
+    draw_offsets,
+    mix_scales,
+    prior_pseudo_runs,
+    run_likelihoods,
+    scale_summary,
+)
 from ..models.shape_noise import ar1_lags, noise_forecast, steps_ahead
 
 __all__ = ["Calibration", "calibrate"]
@@ -40,6 +48,11 @@ class Calibration(NamedTuple):
     level, delta : ndarray, shape (run, chain, draw)
         Draws of the level offset ``Delta_0`` and of the whole ceiling offset
         ``Delta_0 + Delta``.
+    verdict : ndarray, shape (run, grid, grid), or None
+        Each run's posterior over the ``(omega, tau)`` grid under the distribution that
+        ``identify``'s verdict reads (``Discrepancy.verdict_weight`` pseudo-runs of the
+        wide prior), float32; None where the band's share already gives the prior as
+        many (the verdict then reads ``delta``).
     """
 
     omega: np.ndarray
@@ -47,6 +60,7 @@ class Calibration(NamedTuple):
     own: np.ndarray
     level: np.ndarray
     delta: np.ndarray
+    verdict: np.ndarray | None
 
 
 def _inner_split(runs: Runs, c_last: np.ndarray, ratio: float, min_compute, R0_fitted: bool):
@@ -226,11 +240,16 @@ def calibrate(
         # each refit's points averaged, the run's refits averaged: one run's worth in all
         n_views = np.bincount(rows, minlength=n_runs)[rows]
         weight = np.repeat(1.0 / (sizes * n_views), sizes)
-    post, own = scale_posteriors(err_all, var_all, shape2, run_of, n_runs, settings, weight)
+    like, own = run_likelihoods(err_all, var_all, shape2, run_of, n_runs, settings, weight)
+    post = mix_scales(like, own, settings)
+    band_w = prior_pseudo_runs(settings, int(own.sum()))
+    verdict = None
+    if settings.verdict_weight > band_w:  # else the verdict reads the band's own offsets
+        verdict = mix_scales(like, own, settings, settings.verdict_weight).astype(np.float32)
     rng = np.random.default_rng([seed, 0x5CA1AB1E])
     level, dev = draw_offsets(rng, post, (n_runs,) + tuple(shape), settings.horizon)
     omega, tau = scale_summary(post)
-    return Calibration(omega, tau, own, level, level + dev)
+    return Calibration(omega, tau, own, level, level + dev, verdict)
 
 
 def _inner_priors(inner_window, inner_runs, priors) -> np.ndarray:

@@ -505,6 +505,8 @@ def _with_offsets(post: dict, constants: dict, cal) -> tuple[dict, dict]:
         "discrepancy_tau": cal.tau,
         "discrepancy_own": cal.own,
     }
+    if cal.verdict is not None:  # the scales identify's verdict reads (Discrepancy.verdict_weight)
+        constants["discrepancy_verdict"] = (("run", "omega_cell", "tau_cell"), cal.verdict)
     return post, constants
 
 
