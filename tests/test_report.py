@@ -392,6 +392,10 @@ def test_ceilings_answer_names_runs_held_back_by_the_allowance_beyond_the_data()
     ans = _ceilings(diag, 3)
     assert ans.lead == "Ceilings: 1 of 3 identified."
     assert "the data pin the sigmoid's own ceiling within 0.10 for b;" in ans.text
+    assert "median 0.280, up to 0.400" in ans.text  # the fit's widths without the rule's
     # without such a flag the sentence is left out
     plain = _ceilings(diag.assign(a_flag=diag["a_flag"].str.split(";").str[0]), 3)
     assert "sigmoid's own" not in plain.text
+    # the widths quoted are those the rule read (a_width90_data) where the table has them
+    ruled = _ceilings(diag.assign(a_width90=[0.05, 0.06, 0.40], a_width90_data=[0.05, 0.16, 0.40]), 3)
+    assert "median 0.280, up to 0.400" in ruled.text

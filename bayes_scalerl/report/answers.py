@@ -156,8 +156,9 @@ def _ceilings(diagnostics: pd.DataFrame, n_runs: int) -> Answer:
             f"Guesses at this compute: {_names(weak)}; their 90% interval of A is wider than 0.10 "
             "or follows the prior."
         )
-        if "a_width90" in d.columns:
-            w = pd.to_numeric(d.loc[~ident, "a_width90"], errors="coerce")
+        wcol = "a_width90_data" if "a_width90_data" in d.columns else "a_width90"  # the rule's
+        if wcol in d.columns:
+            w = pd.to_numeric(d.loc[~ident, wcol], errors="coerce")
             if w.notna().any():
                 parts.append(
                     f"Their 90% widths of A: median {_fmt(float(w.median()))}, up to {_fmt(float(w.max()))}."
@@ -169,7 +170,8 @@ def _ceilings(diagnostics: pd.DataFrame, n_runs: int) -> Answer:
                     "Of these, the data pin the sigmoid's own ceiling within 0.10 for "
                     f"{_names(d.loc[~ident, 'run'].astype(str)[shape.to_numpy()])}; the rest of their width "
                     "is the allowance for the curve departing from the sigmoid beyond the data "
-                    "(a_width90_sigmoid)."
+                    "(a_width90_sigmoid; a batch of a few dozen runs or fewer cannot rule out for "
+                    "one run a departure none of its runs showed)."
                 )
         parts.append("'bayes-scalerl identify' tells from what compute on A would be identified.")
     return Answer("ceilings", lead, " ".join(parts), links, warn=bool(len(weak)))
