@@ -95,11 +95,15 @@ def test_nuts_matches_brute_force_grid():
 
 
 def test_second_data_set_of_same_shape_does_not_recompile(keep_programs):
+    # without retries: a retry samples longer chains with a program of its own, compiled
+    # when a run first fails the convergence check, and whether one does is floating
+    # point's call (on an AMD EPYC, 2026-12-07, the second data set's "late" run did)
+    quick = QUICK | {"retry": False}
     truth, df1 = _three_runs(10)
     _, df2 = _three_runs(11)
-    bs.fit(df1, min_compute=1500, seed=0, **QUICK)
+    bs.fit(df1, min_compute=1500, seed=0, **quick)
     before = engine.trace_count()
-    res = bs.fit(df2, min_compute=1500, seed=1, **QUICK)
+    res = bs.fit(df2, min_compute=1500, seed=1, **quick)
     assert engine.trace_count() == before
     assert res.dt["posterior"]["A"].shape == (4, 300, 3)
 
