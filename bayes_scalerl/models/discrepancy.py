@@ -101,7 +101,8 @@ class Discrepancy:
         in six runs, one in 56. With it, batches of 56 came within 0.005 of a whole
         pseudo-run's coverage in every scenario and ``identify`` called one run, rightly; in
         batches of about six it still called 7 of 432 runs, 2 of them wrongly (plateaus that
-        fall only after the data; a share of 0.05 called none)
+        fall only after the data; a share of 0.05 called none, and so does the verdict's own
+        rule, ``verdict_weight``)
         (``benchmarks/results/small-batches.md``, ``misspecification-prior-share.md``,
         ``misspecification-batch6-share.md``).
     verdict_weight : float
@@ -112,9 +113,11 @@ class Discrepancy:
         no departure leaves about a chance in ``n + 1`` that the next run departs (one
         pseudo-run: Laplace's rule of succession). Below 49 runs that is more than the
         share's; above, the two are one rule. In batches of about six simulated
-        misspecified runs the band's share called 7 of 432 runs "A identified", 2 wrongly
-        (plateaus that fall after the data); one pseudo-run called none
-        (``benchmarks/results/small-batches.md``). It changes no band.
+        misspecified runs the band's share called 6 of 432 runs "A identified", 1 wrongly (a
+        plateau that falls after the data); one pseudo-run, on the same fits, none; six runs
+        that levelled off are then "weakly identified" with the sigmoid's own width in the
+        flag, and such runs are called identified from about 24 a batch
+        (``benchmarks/results/small-batches.md``, section 5). It changes no band.
     prior_weight : float, optional
         Pseudo-runs of the prior instead of ``prior_share`` (the rule before 2026-12-07,
         kept to reproduce its tables): the distribution is ``(sum of the runs' posteriors +
