@@ -32,6 +32,7 @@ from bayes_scalerl.posterior.results import FitResult
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dapo_backtest import METRIC  # noqa: E402
 from dapo_batches import _table, batches_of  # noqa: E402
+from dapo_identify import _late_mean  # noqa: E402
 from environment import header_lines, write_results  # noqa: E402
 
 __all__ = ["band_rule", "main"]
@@ -44,11 +45,6 @@ def band_rule(result: FitResult) -> FitResult:
     if "discrepancy_verdict" in cd:
         dt["constant_data"] = cd.drop_vars("discrepancy_verdict")
     return FitResult(dt)
-
-
-def _late_mean(g: pd.DataFrame) -> float:
-    g = g.sort_values("compute")
-    return float(g["reward"].tail(max(1, len(g) // 4)).mean())
 
 
 def verdicts(table: pd.DataFrame, names: list[str], fraction: float, seed: int, source: str) -> pd.DataFrame:
