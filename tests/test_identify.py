@@ -395,3 +395,24 @@ def test_verdict_under_batch_priors_reads_the_runs_own_data():
     assert list(b["a_identified"]) == [True] * 6 + [False] * 2
     # the runs seen far past their midpoints pin A with or without the batch
     assert (b.loc[far, "a_width90_data"] < 0.05).all() and (b.loc[far, "a_width90"] < 0.05).all()
+
+
+def test_budget_sweep_keeps_a_runs_cuts_in_its_training_run(runs):
+    # Under the priors learnt from the batch (the default), each pseudo-run's prior is the
+    # population of the *other* training runs. The cuts of one run are one run's data: were
+    # each its own training run, a run cut at a quarter of its compute would learn its
+    # ceiling from itself cut at a half and at all of it (and one run alone would learn
+    # from its own copies). Every pseudo-run keeps its run's training run, and n_eval.
+    table = runs.table.assign(n_eval=np.where(runs.table["run"] == "far", 900, 1200))
+    kw = dict(QUICK, discrepancy=False, priors=bs.Priors(likelihood="gaussian", from_batch="ceiling"))
+    alone = budget_sweep(table[table["run"] == "far"], fractions=(0.5, 1.0), n_future=0, fit_kwargs=kw)
+    cd = alone.fits["observed"].dt["constant_data"]
+    pseudo = list(alone.fits["observed"].run_names)
+    assert len(pseudo) == 2 and set(cd["training_run"].values) == {"far"}
+    assert "batch_prior" not in cd  # one training run: nothing to learn from but itself
+    np.testing.assert_array_equal(np.unique(cd["n_eval"].values[~np.isnan(cd["n_eval"].values)]), [900])
+    both = budget_sweep(table, fractions=(0.5, 1.0), n_future=0, fit_kwargs=kw)
+    cd = both.fits["observed"].dt["constant_data"]
+    names = list(both.fits["observed"].run_names)
+    assert [t for t in cd["training_run"].values] == [n.split("@")[0] for n in names]
+    assert "batch_prior" in cd  # two training runs: each learns from the other's cuts

@@ -46,6 +46,7 @@ import xarray as xr
 from scipy import stats
 
 from ..data.runs import MIN_POINTS, DataError, Runs, in_likelihood
+from ..models.discrepancy import Discrepancy
 from ..models.priors import Priors
 from ..posterior.fitting import fit
 from ..posterior.results import FitResult
@@ -539,19 +540,21 @@ class BudgetSweep:
     table : pandas.DataFrame
         One row per input run: ``run``, ``max_compute`` (its largest evaluation), the
         :func:`identifiability` columns of the fit on all its data (``a_median``,
-        ``a_width90``, ``a_contraction``, ``a_overlap``, ``p_cmid_beyond_data``,
-        ``a_identified``, ``a_flag``, ``converged``; NaN/empty/False for a run that could
-        not be fitted),
-        ``reached_at`` (the compute from which ``A``'s 90% interval stays within
+        ``a_width90``, ``a_width90_data``, ``a_contraction``, ``a_overlap``,
+        ``p_cmid_beyond_data``, ``a_identified``, ``a_flag``, ``converged``;
+        NaN/empty/False for a run that could not be fitted),
+        ``reached_at`` (the compute from which ``A``'s 90% interval, as the rule of
+        :func:`identifiability` reads it (``a_width90_data``), stays within
         ``+-tolerance``, NaN if not within the observed compute), ``predicted_at``
         (the smallest horizon from which the median over simulated futures stays within it;
         NaN if reached already or not within the horizons) and ``status`` (in words).
     widths : pandas.DataFrame
-        Long table ``run, budget, a_width90, a_median, converged, source``: ``budget`` is
-        the largest compute in the data of that fit, ``source`` is ``"observed"`` (the
-        run truncated at that compute) or ``"predicted"`` (observed data plus simulated
-        future evaluations up to that compute; ``a_width90`` and ``a_median`` are medians
-        over the simulated futures). ``converged`` is the share of the fits behind the
+        Long table ``run, budget, a_width90, a_width90_data, a_median, converged,
+        source``: ``budget`` is the largest compute in the data of that fit, ``source`` is
+        ``"observed"`` (the run truncated at that compute) or ``"predicted"`` (observed
+        data plus simulated future evaluations up to that compute; the widths and
+        ``a_median`` are medians over the simulated futures). ``a_width90_data`` is the
+        width the sweep reads. ``converged`` is the share of the fits behind the
         row that pass the package's convergence check (0 or 1 when observed).
     tolerance : float
         Half-width asked of ``A``'s 90% interval.
@@ -654,7 +657,7 @@ def _first_within(widths: np.ndarray, target: float) -> int | None:
 
 
 #: Columns of the full-data fit that :attr:`BudgetSweep.table` carries.
-_TABLE_COLS = ("a_median", "a_width90", "a_contraction", "a_overlap", "p_cmid_beyond_data")
+_TABLE_COLS = ("a_median", "a_width90", "a_width90_data", "a_contraction", "a_overlap", "p_cmid_beyond_data")
 
 
 class _Observed(NamedTuple):
@@ -743,18 +746,70 @@ def _in_fit(compute: np.ndarray, kw: Mapping[str, Any]) -> np.ndarray:
     return in_likelihood(compute, min_compute=kw.get("min_compute"), R0_fitted=R0_fitted)
 
 
-def _runs_from_pieces(
-    names: Sequence[str], pieces: Sequence[tuple[np.ndarray, np.ndarray]], source: str
-) -> Runs:
-    """One pseudo-run per name, from its ``(compute, reward)`` arrays."""
+class _Piece(NamedTuple):
+    """One pseudo-run's data: a run cut at a budget, or continued by a simulated future."""
+
+    compute: np.ndarray
+    reward: np.ndarray
+    #: The training run it copies: every pseudo-run of one run (or of one training run's
+    #: several tasks) shares it, so that the priors learnt from the batch leave all of them out.
+    training_run: str
+    #: Graded generations behind each point (``None`` when the runs have no ``n_eval``).
+    n_eval: np.ndarray | None = None
+
+
+def _training_run_of(runs: Runs) -> dict[str, str]:
+    """Each run's training run: the ``training_run`` column where the runs have one, else the run."""
+    table = runs.table
+    if "training_run" not in table.columns:
+        return {str(n): str(n) for n in runs.names}
+    first = table.drop_duplicates("run").set_index("run")["training_run"]
+    return {str(n): str(first[n]) for n in runs.names}
+
+
+def _runs_from_pieces(names: Sequence[str], pieces: Sequence[_Piece], source: str) -> Runs:
+    """One pseudo-run per name, from its :class:`_Piece`.
+
+    Every pseudo-run keeps its training run in ``training_run``: copies of one run cut at
+    several budgets (or continued by several simulated futures) are one run's data, and a
+    prior learnt from the batch (``Priors(from_batch=...)``) must not let a cut learn its
+    ceiling from its own later data.
+    """
+    sizes = [len(p.compute) for p in pieces]
     frame = pd.DataFrame(
         {
-            "run": np.repeat(names, [len(p[0]) for p in pieces]),
-            "compute": np.concatenate([p[0] for p in pieces]),
-            "reward": np.concatenate([p[1] for p in pieces]),
+            "run": np.repeat(names, sizes),
+            "compute": np.concatenate([p.compute for p in pieces]),
+            "reward": np.concatenate([p.reward for p in pieces]),
+            "training_run": np.repeat([p.training_run for p in pieces], sizes),
         }
     )
+    if all(p.n_eval is not None for p in pieces):
+        frame["n_eval"] = np.concatenate([p.n_eval for p in pieces])
     return Runs.from_frame(frame, source=source)
+
+
+def _per_run_allowance(kw: Mapping[str, Any], n_pseudo: int, n_runs: int) -> dict[str, Any]:
+    """``kw`` with the verdict's pseudo-runs of the discrepancy's wide prior counted per run.
+
+    A sweep fits ``n_pseudo`` copies of ``n_runs`` runs. The verdict's allowance for
+    departures beyond the data weighs ``Discrepancy.verdict_weight`` pseudo-runs of the wide
+    prior against the batch's runs (:func:`verdict_offsets`); counted against the copies, a
+    run cut at eight budgets would read an eighth of the allowance its own fit reads. The
+    pseudo-runs are multiplied by the copies per run, so that the full-data cut reads what
+    :func:`identifiability` of the runs' own fit reads. (The band's share of the prior is a
+    share, the same whatever the count.)
+    """
+    disc = kw.get("discrepancy", True)
+    disc = Discrepancy() if disc is True else disc
+    if not isinstance(disc, Discrepancy) or n_runs < 1:
+        return dict(kw)
+    k = n_pseudo / n_runs
+    weight = None if disc.prior_weight is None else disc.prior_weight * k
+    return {
+        **kw,
+        "discrepancy": dataclasses.replace(disc, verdict_weight=disc.verdict_weight * k, prior_weight=weight),
+    }
 
 
 def _truncate(
@@ -763,7 +818,7 @@ def _truncate(
     fractions: np.ndarray | None,
     kw: Mapping[str, Any],
     notes: list[str],
-) -> tuple[list[tuple[str, float]], list[tuple[np.ndarray, np.ndarray]], dict[str, float]]:
+) -> tuple[list[tuple[str, float]], list[_Piece], dict[str, float]]:
     """Every run cut at every budget, and on all its data; too short cuts are noted and left out.
 
     Parameters
@@ -780,8 +835,8 @@ def _truncate(
     -------
     levels : list of (str, float)
         ``(run, largest compute kept)`` of each kept cut.
-    pieces : list of (ndarray, ndarray)
-        Compute and reward of each kept cut.
+    pieces : list of _Piece
+        Compute, reward, training run (and ``n_eval``) of each kept cut.
     max_compute : dict
         Run name to its largest compute.
 
@@ -792,9 +847,11 @@ def _truncate(
     """
     levels, pieces = [], []
     max_compute: dict[str, float] = {}
+    train = _training_run_of(runs)
     for name, g in runs.table.groupby("run", sort=False):
         c = g["compute"].to_numpy(float)
         r = g["reward"].to_numpy(float)
+        n = g["n_eval"].to_numpy(float) if "n_eval" in g.columns else None
         max_compute[name] = float(c.max())
         cut = cuts[cuts < c.max()] if cuts is not None else fractions * c.max()
         kept_sets = sorted({int(np.searchsorted(c, b * (1 + 1e-12), side="right")) for b in cut} | {len(c)})
@@ -812,7 +869,7 @@ def _truncate(
                     )
                 continue
             levels.append((name, c[k - 1]))
-            pieces.append((c[:k], r[:k]))
+            pieces.append(_Piece(c[:k], r[:k], train[str(name)], None if n is None else n[:k]))
     if not levels:
         raise DataError(f"{runs.source}: no run has enough points to fit. " + " ".join(notes))
     return levels, pieces, max_compute
@@ -833,6 +890,7 @@ def _width_row(run: str, budget: float, table: pd.DataFrame, key: Any, source: s
         "run": run,
         "budget": budget,
         "a_width90": float(table.at[key, "a_width90"]),
+        "a_width90_data": float(table.at[key, "a_width90_data"]),
         "a_median": float(table.at[key, "a_median"]),
         "converged": float(table.at[key, "converged"]),
         "source": source,
@@ -867,7 +925,12 @@ def _fit_observed(
     """
     levels, pieces, max_compute = _truncate(runs, cuts, fractions, kw, notes)
     pseudo = _pseudo_names(levels)
-    observed = fit(_runs_from_pieces(pseudo, pieces, runs.source), seed=seed, **kw)
+    n_runs = len({name for name, _ in levels})
+    observed = fit(
+        _runs_from_pieces(pseudo, pieces, runs.source),
+        seed=seed,
+        **_per_run_allowance(kw, len(pieces), n_runs),
+    )
     ident = identifiability(observed)
     by_pseudo = ident.set_index("run")
     rows, full = [], {}
@@ -884,7 +947,7 @@ def _reached(widths: pd.DataFrame, full: Mapping[str, str], target: float) -> _P
     first_tried: dict[str, bool] = {}
     for name in full:
         w = widths[widths["run"] == name]
-        k = _first_within(w["a_width90"].to_numpy(), target)
+        k = _first_within(w["a_width90_data"].to_numpy(), target)
         if k is not None:
             reached[name] = float(w["budget"].iloc[k])
             first_tried[name] = k == 0
@@ -899,7 +962,7 @@ def _simulate_futures(
     n_future: int,
     kw: Mapping[str, Any],
     seed: int,
-) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]], list[tuple[str, float]]]:
+) -> tuple[list[str], list[_Piece], list[tuple[str, float]]]:
     """Each run of ``need`` continued by ``n_future`` posterior predictive draws, cut at each horizon.
 
     Parameters
@@ -920,18 +983,21 @@ def _simulate_futures(
     -------
     names : list of str
         ``"{run}@{horizon:g}x#{k}"`` of each pseudo-run.
-    pieces : list of (ndarray, ndarray)
-        Its compute and reward: the observed data, then the simulated ones.
+    pieces : list of _Piece
+        Its compute and reward (the observed data, then the simulated ones), its training
+        run, and ``n_eval`` (a simulated point's is the run's median) where the runs have it.
     keys : list of (str, float)
         Its run and horizon.
     """
     rng = np.random.default_rng([seed, 7_031_011])
     groups = runs.table.groupby("run", sort=False)
+    train = _training_run_of(runs)
     pieces, names, keys = [], [], []
     for name in need:
         g = groups.get_group(name)
         c = g["compute"].to_numpy(float)
         r = g["reward"].to_numpy(float)
+        n = g["n_eval"].to_numpy(float) if "n_eval" in g.columns else None
         grid = _future_grid(c[_in_fit(c, kw)], c.max(), horizons)
         draws = observed.fit.predict_draws(
             grid, kind="observation", seed=int(rng.integers(2**31)), runs=[observed.full[name]]
@@ -940,7 +1006,19 @@ def _simulate_futures(
         for j, s in enumerate(pick):
             for h in horizons:
                 upto = grid <= h * c.max() * (1 + 1e-12)
-                pieces.append((np.concatenate([c, grid[upto]]), np.concatenate([r, draws[s, upto]])))
+                n_new = (
+                    None
+                    if n is None
+                    else np.concatenate([n, np.full(int(upto.sum()), np.round(np.median(n)))])
+                )
+                pieces.append(
+                    _Piece(
+                        np.concatenate([c, grid[upto]]),
+                        np.concatenate([r, draws[s, upto]]),
+                        train[str(name)],
+                        n_new,
+                    )
+                )
                 names.append(f"{name}@{h:g}x#{j}")
                 keys.append((name, h))
     return names, pieces, keys
@@ -981,12 +1059,12 @@ def _predicted_widths(
     """
     fut = identifiability(predicted_fit).assign(base=[k[0] for k in keys], horizon=[k[1] for k in keys])
     grouped = fut.assign(converged=fut["converged"].astype(float)).groupby(["base", "horizon"], sort=False)
-    agg = grouped[["a_width90", "a_median"]].median().join(grouped[["converged"]].mean())
+    agg = grouped[["a_width90", "a_width90_data", "a_median"]].median().join(grouped[["converged"]].mean())
     rows = []
     predicted: dict[str, float] = {}
     pred_width: dict[str, dict[float, float]] = {}
     for name in need:
-        hw = [float(agg.at[(name, h), "a_width90"]) for h in horizons]
+        hw = [float(agg.at[(name, h), "a_width90_data"]) for h in horizons]
         pred_width[name] = dict(zip(horizons, hw, strict=True))
         rows += [_width_row(name, h * max_compute[name], agg, (name, h), "predicted") for h in horizons]
         k = _first_within(np.asarray(hw), target)
@@ -1134,7 +1212,21 @@ def budget_sweep(
     the width stays ``<= 2 * tolerance`` at every larger budget (so a lucky dip of
     the Monte Carlo noise at a small budget does not count, and a run has reached the
     tolerance exactly when its fit on all the data has). When the smallest budget
-    tried already qualifies, the status says "at or before".
+    tried already qualifies, the status says "at or before". The width is the one
+    :func:`identifiability`'s rule reads, ``a_width90_data`` (the run's own data, plus
+    the verdict's allowance for departures beyond them), so that "within +-tolerance"
+    never says more than "A identified" would; it equals ``a_width90`` under fixed
+    priors without the calibrated discrepancy.
+
+    **One run's cuts are one training run.** Every pseudo-run keeps its run's training
+    run (the ``training_run`` column where the runs have one, else the run) and its
+    ``n_eval``. Under priors learnt from the batch (the default), a pseudo-run's prior is
+    the population of the *other* training runs, so a cut does not learn its ceiling from
+    the same run cut later (before 2026-12-07 each cut counted as a run of its own: a run
+    swept alone learnt its prior from its own copies;
+    ``benchmarks/results/sweep-copies.md``). For the same reason the verdict's allowance
+    for departures beyond the data counts its pseudo-runs of the wide prior per run, not
+    per copy (``Discrepancy.verdict_weight`` times the copies per run).
 
     **Predicted.** For every run not within the tolerance on all its data,
     ``n_future`` draws of the posterior predictive (a curve draw plus Gaussian noise of
@@ -1161,7 +1253,11 @@ def budget_sweep(
     need = [n for n in observed.full if n not in progress.reached] if n_future else []
     if need:
         names, pieces, keys = _simulate_futures(runs, need, observed, horizons, n_future, kw, seed)
-        predicted_fit = fit(_runs_from_pieces(names, pieces, runs.source), seed=seed, **kw)
+        predicted_fit = fit(
+            _runs_from_pieces(names, pieces, runs.source),
+            seed=seed,
+            **_per_run_allowance(kw, len(pieces), len(need)),
+        )
         rows, progress.predicted, progress.pred_width = _predicted_widths(
             predicted_fit, keys, need, horizons, observed.max_compute, target
         )
@@ -1226,12 +1322,12 @@ def plot_width_vs_compute(sweep: BudgetSweep, *, runs: Sequence[str] | None = No
         o = w[(w["run"] == name) & (w["source"] == "observed")].sort_values("budget")
         p = w[(w["run"] == name) & (w["source"] == "predicted")].sort_values("budget")
         label = name if len(name) <= 40 else name[:37] + "..."
-        ax.plot(o["budget"], o["a_width90"], "-o", color=color, ms=3.5, lw=1.4, label=label)
+        ax.plot(o["budget"], o["a_width90_data"], "-o", color=color, ms=3.5, lw=1.4, label=label)
         if len(p) and len(o):
             x = np.concatenate([o["budget"].to_numpy()[-1:], p["budget"].to_numpy()])
-            y = np.concatenate([o["a_width90"].to_numpy()[-1:], p["a_width90"].to_numpy()])
+            y = np.concatenate([o["a_width90_data"].to_numpy()[-1:], p["a_width90_data"].to_numpy()])
             ax.plot(x, y, ":", color=color, lw=1.4)
-            ax.plot(p["budget"], p["a_width90"], "o", mfc="white", mec=color, ms=3.5)
+            ax.plot(p["budget"], p["a_width90_data"], "o", mfc="white", mec=color, ms=3.5)
     target = 2.0 * sweep.tolerance
     ax.axhline(target, color="0.3", lw=1.0, ls="--", label=f"2 x tolerance ({target:g})")
     ax.set_xscale("log")
@@ -1245,7 +1341,7 @@ def plot_width_vs_compute(sweep: BudgetSweep, *, runs: Sequence[str] | None = No
     ax.yaxis.set_major_formatter(FuncFormatter(some))
     ax.yaxis.set_minor_formatter(FuncFormatter(some))
     ax.set_xlabel("compute (largest evaluation fitted)")
-    ax.set_ylabel("width of A's 90% interval")
+    ax.set_ylabel("width of A's 90% interval (as identify's rule reads it)")
     ax.set_title("When is the ceiling A pinned down? (dotted: predicted)", fontsize=10)
     ax.grid(True, which="major", color="0.88", lw=0.5)
     for side in ("top", "right"):
