@@ -24,6 +24,7 @@ from bayes_scalerl.analyses.identify import (
     BudgetSweep,
     _first_within,
     _future_grid,
+    _per_run_allowance,
     a_prior_moments,
     budget_sweep,
     identifiability,
@@ -416,3 +417,19 @@ def test_budget_sweep_keeps_a_runs_cuts_in_its_training_run(runs):
     names = list(both.fits["observed"].run_names)
     assert [t for t in cd["training_run"].values] == [n.split("@")[0] for n in names]
     assert "batch_prior" in cd  # two training runs: each learns from the other's cuts
+
+
+def test_the_sweeps_verdict_allowance_counts_runs_not_copies():
+    # 3 runs cut at 4 budgets each: 12 pseudo-runs. The verdict weighs its pseudo-runs of the
+    # wide prior against the batch's runs; against 12 copies, 1 would read a third of what
+    # each run's own fit reads, so it becomes 4.
+    out = _per_run_allowance({"discrepancy": bs.Discrepancy(verdict_weight=1.0)}, 12, 3)
+    assert out["discrepancy"].verdict_weight == 4.0
+    assert out["discrepancy"].prior_share == bs.Discrepancy().prior_share  # a share: unchanged
+    assert _per_run_allowance({}, 12, 3)["discrepancy"].verdict_weight == 4.0  # the default
+    legacy = _per_run_allowance({"discrepancy": bs.Discrepancy(prior_weight=0.5)}, 12, 3)
+    assert legacy["discrepancy"].prior_weight == 2.0
+    assert _per_run_allowance({"discrepancy": False, "chains": 2}, 12, 3) == {
+        "discrepancy": False,
+        "chains": 2,
+    }

@@ -581,9 +581,11 @@ class BudgetSweep:
     def result(self) -> FitResult:
         """The fit of every fitted run on all its data, with the runs' own names.
 
-        The pseudo-runs of the largest budget, renamed: the same posterior a plain
-        :func:`~bayes_scalerl.fit` with these settings gives (use it as the
-        ``baseline`` of :func:`prior_sensitivity`).
+        The pseudo-runs of the largest budget, renamed: the posterior a plain
+        :func:`~bayes_scalerl.fit` with these settings gives (use it as the ``baseline`` of
+        :func:`prior_sensitivity`), up to what the batch shares: priors learnt from the
+        batch (the default) are learnt here from every cut of the other runs, and the
+        discrepancy's scales from every cut's refit.
         """
         pseudo, real = list(self._full.values()), list(self._full.keys())
         return _rename_runs(self.fits["observed"], pseudo, real)
