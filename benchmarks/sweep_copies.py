@@ -46,16 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dapo_batches import _table  # noqa: E402
 from environment import header_lines, write_results  # noqa: E402
 
-__all__ = ["main", "sweep_calls"]
+__all__ = ["main", "run_sweep", "summarise", "sweep_calls", "sweep_rows"]
 
 
-def sweep_calls(data: pd.DataFrame, copies: str, seed: int, tolerance: float = 0.02) -> pd.DataFrame:
-    """One sweep of the runs in ``data``: each run's call under both widths, and whether it holds.
+def run_sweep(runs: bs.Runs, copies: str, seed: int, tolerance: float = 0.02) -> ident.BudgetSweep:
+    """The package's sweep of ``runs``, without futures.
 
-    ``copies="separate"`` reproduces the sweep before 2026-12-07: every pseudo-run its own
-    training run, and the verdict's allowance counted per copy.
+    ``copies="separate"`` makes every pseudo-run its own training run and counts the
+    verdict's allowance per copy, as the sweep did before 2026-12-07.
     """
-    runs = bs.Runs.from_frame(data[["run", "compute", "reward"]], source="<sim>")
     pieces_fn, allowance_fn = ident._runs_from_pieces, ident._per_run_allowance
     if copies == "separate":
 
@@ -66,16 +65,26 @@ def sweep_calls(data: pd.DataFrame, copies: str, seed: int, tolerance: float = 0
         ident._runs_from_pieces = pieces
         ident._per_run_allowance = lambda kw, n_pseudo, n_runs: dict(kw)
     try:
-        sweep = ident.budget_sweep(
+        return ident.budget_sweep(
             runs, n_future=0, seed=seed, tolerance=tolerance, fit_kwargs={"progress": False}
         )
     finally:
         ident._runs_from_pieces, ident._per_run_allowance = pieces_fn, allowance_fn
+
+
+def sweep_rows(sweep: ident.BudgetSweep, truth: pd.Series) -> pd.DataFrame:
+    """Each run's call under both widths the sweep records, checked against ``truth`` (by run).
+
+    ``inside_*``: ``truth`` lies inside the 90% interval of ``A`` reported at the compute of
+    the call (NaN without a call); ``full_inside``: inside the interval of the fit on all
+    the data the sweep saw.
+    """
     table = ident.identifiability(sweep.fits["observed"]).set_index("run")
-    truth = data.groupby("run")["true_ceiling"].first()
     target = 2.0 * sweep.tolerance
     rows = []
     for name in sweep.table["run"]:
+        if name not in sweep._full:
+            continue
         w = sweep.widths[(sweep.widths["run"] == name) & (sweep.widths["source"] == "observed")]
         w = w.sort_values("budget")
         full = table.loc[sweep._full[name]]
@@ -101,6 +110,31 @@ def sweep_calls(data: pd.DataFrame, copies: str, seed: int, tolerance: float = 0
             row[f"inside_{tag}"] = inside
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def summarise(res: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Calls, wrong calls and median widths per group of :func:`sweep_rows`' rows."""
+    g = res.groupby(by, sort=False)
+    return pd.DataFrame(
+        {
+            "runs": g.size(),
+            "called_reported": g["reached_reported"].apply(lambda x: int(x.notna().sum())),
+            "wrong_reported": g["inside_reported"].apply(lambda x: int((x == 0).sum())),
+            "called_rule": g["reached_rule"].apply(lambda x: int(x.notna().sum())),
+            "wrong_rule": g["inside_rule"].apply(lambda x: int((x == 0).sum())),
+            "median_width_first_cut": g["first_width"].median(),
+            "median_width_full": g["full_width"].median(),
+            "median_width_full_data": g["full_width_data"].median(),
+            "full_inside": g["full_inside"].mean(),
+        }
+    ).reset_index()
+
+
+def sweep_calls(data: pd.DataFrame, copies: str, seed: int, tolerance: float = 0.02) -> pd.DataFrame:
+    """One sweep of the simulated runs in ``data``, checked against their true ceilings."""
+    runs = bs.Runs.from_frame(data[["run", "compute", "reward"]], source="<sim>")
+    sweep = run_sweep(runs, copies, seed, tolerance)
+    return sweep_rows(sweep, data.groupby("run")["true_ceiling"].first())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,20 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parts.append(one.assign(copies=copies, family=fam, batch="alone"))
             print(f"{copies} {fam} done ({time.time() - t0:.0f} s)", flush=True)
     res = pd.concat(parts, ignore_index=True)
-    g = res.groupby(["batch", "copies", "family"], sort=False)
-    summary = pd.DataFrame(
-        {
-            "runs": g.size(),
-            "called_reported": g["reached_reported"].apply(lambda x: int(x.notna().sum())),
-            "wrong_reported": g["inside_reported"].apply(lambda x: int((x == 0).sum())),
-            "called_rule": g["reached_rule"].apply(lambda x: int(x.notna().sum())),
-            "wrong_rule": g["inside_rule"].apply(lambda x: int((x == 0).sum())),
-            "median_width_first_cut": g["first_width"].median(),
-            "median_width_full": g["full_width"].median(),
-            "median_width_full_data": g["full_width_data"].median(),
-            "full_inside": g["full_inside"].mean(),
-        }
-    ).reset_index()
+    summary = summarise(res, ["batch", "copies", "family"])
     lines = header_lines(
         "Does the budget sweep let a run's cut learn from its own later data?",
         "benchmarks/sweep_copies.py",
