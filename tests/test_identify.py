@@ -403,9 +403,11 @@ def test_budget_sweep_keeps_a_runs_cuts_in_its_training_run(runs):
     # population of the *other* training runs. The cuts of one run are one run's data: were
     # each its own training run, a run cut at a quarter of its compute would learn its
     # ceiling from itself cut at a half and at all of it (and one run alone would learn
-    # from its own copies). Every pseudo-run keeps its run's training run, and n_eval.
+    # from its own copies). Every pseudo-run keeps its run's training run, and n_eval (which
+    # the sweep dropped, so that under the binomial likelihood its fit stopped at "column
+    # 'n_eval' is missing").
     table = runs.table.assign(n_eval=np.where(runs.table["run"] == "far", 900, 1200))
-    kw = dict(QUICK, discrepancy=False, priors=bs.Priors(likelihood="gaussian", from_batch="ceiling"))
+    kw = dict(QUICK, discrepancy=False, priors=bs.Priors(likelihood="binomial", from_batch="ceiling"))
     alone = budget_sweep(table[table["run"] == "far"], fractions=(0.5, 1.0), n_future=0, fit_kwargs=kw)
     cd = alone.fits["observed"].dt["constant_data"]
     pseudo = list(alone.fits["observed"].run_names)
