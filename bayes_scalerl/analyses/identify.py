@@ -762,11 +762,11 @@ class _Piece(NamedTuple):
 
 def _training_run_of(runs: Runs) -> dict[str, str]:
     """Each run's training run: the ``training_run`` column where the runs have one, else the run."""
-    table = runs.table
-    if "training_run" not in table.columns:
-        return {str(n): str(n) for n in runs.names}
-    first = table.drop_duplicates("run").set_index("run")["training_run"]
-    return {str(n): str(first[n]) for n in runs.names}
+    from ..models.population import training_runs
+
+    groups = training_runs(runs)
+    names = [str(n) for n in runs.names]
+    return dict(zip(names, names if groups is None else [str(g) for g in groups], strict=True))
 
 
 def _runs_from_pieces(names: Sequence[str], pieces: Sequence[_Piece], source: str) -> Runs:
